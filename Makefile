@@ -1,0 +1,45 @@
+# flamestream task runner. `make help` lists the targets.
+# The two README commands are `make run` (set up + main job) and `make test` (set up + suite).
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+# Spark workers must start the project's interpreter, not whatever `python3` is on PATH.
+export PYSPARK_PYTHON := $(abspath $(PY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
+
+.PHONY: help setup run test unit lint format clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)  ## create .venv and install flamestream with its dev tools (idempotent)
+
+run: setup  ## set up, then run the main job (streaming word count, see README)
+	$(PY) -m flamestream.examples.wordcount
+
+lint: setup  ## ruff (lint + format check) and mypy
+	$(PY) -m ruff check python tests
+	$(PY) -m ruff format --check python tests
+	$(PY) -m mypy
+
+test: lint  ## set up, lint, then run the whole test suite
+	$(PY) -m pytest
+
+unit: setup  ## only the fast unit tests (no Spark)
+	$(PY) -m pytest tests/unit
+
+format: setup  ## apply ruff's fixes and formatting
+	$(PY) -m ruff check --fix python tests
+	$(PY) -m ruff format python tests
+
+clean:  ## remove the virtualenv and caches
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis

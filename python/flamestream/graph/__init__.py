@@ -1,0 +1,35 @@
+"""Logical graphs: inert step definitions, the builder, validation and composite helpers."""
+
+from flamestream.graph.dataflow import Dataflow, Stream
+from flamestream.graph.logical import Edge, LogicalGraph
+from flamestream.graph.mapreduce import Mapped, Reduced, map_reduce
+from flamestream.graph.steps import (
+    Broadcast,
+    Filter,
+    FlatMap,
+    Grouping,
+    Map,
+    Merge,
+    Sink,
+    Source,
+    Step,
+)
+
+__all__ = [
+    "Broadcast",
+    "Dataflow",
+    "Edge",
+    "Filter",
+    "FlatMap",
+    "Grouping",
+    "LogicalGraph",
+    "Map",
+    "Mapped",
+    "Merge",
+    "Reduced",
+    "Sink",
+    "Source",
+    "Step",
+    "Stream",
+    "map_reduce",
+]

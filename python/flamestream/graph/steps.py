@@ -1,0 +1,107 @@
+"""Inert definitions of the core operations. They hold user functions but never run them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class Step:
+    """A node of the logical graph. ``step_id`` is unique in its graph and names its state."""
+
+    step_id: str
+
+    #: How many input edges the step takes: an exact number, or None for "one or more".
+    inputs: ClassVar[int | None] = 1
+
+    @property
+    def outputs(self) -> int:
+        """How many output ports the step has; each feeds exactly one consumer."""
+        return 1
+
+    @property
+    def kind(self) -> str:
+        """The operation's name as users write it (``map``, ``grouping`` …)."""
+        return _KIND_NAMES[type(self)]
+
+
+@dataclass(frozen=True)
+class Source(Step):
+    """Where the items of one or more fronts enter the graph."""
+
+    inputs: ClassVar[int | None] = 0
+
+
+@dataclass(frozen=True)
+class Map(Step):
+    """One output per input: ``fn(payload)``; global time unchanged."""
+
+    fn: Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class FlatMap(Step):
+    """Any number of outputs per input, siblings with distinct child indexes."""
+
+    fn: Callable[[Any], Iterable[Any]]
+
+
+@dataclass(frozen=True)
+class Filter(Step):
+    """The input when ``predicate(payload)`` is true, nothing otherwise."""
+
+    predicate: Callable[[Any], bool]
+
+
+@dataclass(frozen=True)
+class Broadcast(Step):
+    """Copies each input to ``n`` output ports (child index = port). The only multi-output op."""
+
+    n: int
+
+    @property
+    def outputs(self) -> int:
+        """One output port per copy."""
+        return self.n
+
+
+@dataclass(frozen=True)
+class Merge(Step):
+    """Unions its inputs, in no particular order. The only multi-input op; closes cycles."""
+
+    inputs: ClassVar[int | None] = None
+
+
+@dataclass(frozen=True)
+class Grouping(Step):
+    """The only stateful op: per key, the tuple of the last ``window`` items up to each item."""
+
+    window: int
+    key: Callable[[Any], Hashable]
+
+
+@dataclass(frozen=True)
+class Sink(Step):
+    """Where released items leave the graph (behind the barrier)."""
+
+    @property
+    def outputs(self) -> int:
+        """A sink feeds nothing."""
+        return 0
+
+
+_KIND_NAMES: dict[type[Step], str] = {
+    Source: "source",
+    Map: "map",
+    FlatMap: "flat_map",
+    Filter: "filter",
+    Broadcast: "broadcast",
+    Merge: "merge",
+    Grouping: "grouping",
+    Sink: "sink",
+}
+
+#: Operations that keep no state; consecutive ones may be fused.
+STATELESS: tuple[type[Step], ...] = (Map, FlatMap, Filter, Broadcast, Merge)

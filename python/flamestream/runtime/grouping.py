@@ -1,0 +1,224 @@
+"""State of one grouping step: buckets kept in meta order, replay, invalidation and GC.
+
+This is the only stateful logic of the model, written once, without Spark, so every runtime
+(the reference runtime here, the Spark runtime later) applies exactly the same rules:
+
+* An arriving item is inserted into its key's bucket at its place in meta order. Every tuple
+  whose content changed is (re-)emitted, each with a new, greater logical time: the tuple
+  ending at the new item and those ending at the next ``window - 1`` items.
+* Items the arrival invalidates are removed, from whichever bucket holds them (a replayed
+  item may carry a different key than the version it replaces); each removal re-emits the
+  tuples that contained the removed item.
+* An item that something already seen invalidates is stale: it is dropped, unseen.
+* A tombstone (a dropped replayed item, see :class:`~flamestream.model.DataItem`) removes what
+  it invalidates and, if that was a bucket item, is passed on, so the removal reaches the sink
+  as well. It is remembered, so that a stale version arriving later is dropped.
+* Garbage collection: nothing below the min-time can arrive any more, so each bucket keeps only
+  its last ``window - 1`` entries below it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from flamestream.errors import InvariantError, StepError
+from flamestream.model import DataItem, GlobalTime, LocalTime, Meta, invalidates
+
+
+def _meta_of(item: DataItem) -> Meta:
+    return item.meta
+
+
+def _time_of(item: DataItem) -> GlobalTime:
+    return item.meta.global_time
+
+
+@dataclass
+class Bucket:
+    """One key's items in meta order, and the counter its logical times come from.
+
+    The counter is per bucket: two emissions that can ever be compared for invalidation end
+    at the same item, hence come from the same bucket, so a per-bucket counter orders them just
+    as a per-step counter would, while keeping keys independent (and partitionable).
+    """
+
+    items: list[DataItem] = field(default_factory=list)
+    clock: int = 0
+
+
+@dataclass
+class GroupingStats:
+    """Counters of what a grouping did, for tests and metrics."""
+
+    received: int = 0
+    emitted: int = 0
+    replayed: int = 0  # re-emissions: tuples emitted again because their content changed
+    invalidated: int = 0  # bucket items removed because a later version arrived
+    stale: int = 0  # arrivals dropped because a later version had arrived first
+    collected: int = 0  # entries dropped by GC below the min-time
+
+
+class GroupingState:
+    """Buckets of one grouping step. ``receive`` returns the items the step outputs."""
+
+    def __init__(self, step_id: str, window: int, key: Callable[[Any], Hashable]) -> None:
+        self.step_id = step_id
+        self.window = window
+        self._key = key
+        self._buckets: dict[Hashable, Bucket] = {}
+        # Items and tombstones by global time, across buckets: where invalidation looks.
+        self._by_time: dict[GlobalTime, list[tuple[Hashable | None, DataItem]]] = {}
+        self._times: list[GlobalTime] = []  # heap over _by_time's keys, for GC
+        self._oversized: set[Hashable] = set()  # buckets holding more than window - 1 items
+        self.stats = GroupingStats()
+
+    # --- processing ----------------------------------------------------------------------
+
+    def receive(self, item: DataItem) -> list[DataItem]:
+        """Process one arriving item; return the tuple items (and tombstones) to send on."""
+        self.stats.received += 1
+        peers = self._by_time.get(item.global_time, [])
+        if not item.tombstone and any(invalidates(p.meta, item.meta) for _, p in peers):
+            self.stats.stale += 1
+            return []
+        dirty: dict[Hashable, list[Meta]] = {}  # key -> metas of items removed from it
+        if item.may_invalidate:
+            for key, victim in [(k, p) for k, p in peers if invalidates(item.meta, p.meta)]:
+                self._forget(victim)
+                if key is not None:
+                    self._remove(key, victim)
+                    dirty.setdefault(key, []).append(victim.meta)
+        out: list[DataItem] = []
+        if item.tombstone:
+            self._remember(None, item)
+            out.extend(self._replay(dirty, new_key=None, new_item=None))
+            # Only a removed bucket item can have a tuple ending at it downstream, which the
+            # tombstone must reach. A victim not in a bucket was superseded already, or is in
+            # flight and will arrive stale. This also stops tombstones going round cycles.
+            if dirty:
+                out.append(item.as_tombstone(LocalTime(0, 0)))
+            return out
+        try:
+            key = self._key(item.payload)
+        except Exception as exc:
+            raise StepError(self.step_id, self._key, item.global_time, None, exc) from exc
+        bucket = self._buckets.setdefault(key, Bucket())
+        position = bisect_left(bucket.items, item.meta, key=_meta_of)
+        if position < len(bucket.items) and bucket.items[position].meta == item.meta:
+            msg = f"grouping {self.step_id!r}: item {item.meta} arrived twice; metas are unique"
+            raise InvariantError(msg)
+        bucket.items.insert(position, item)
+        if len(bucket.items) >= self.window:
+            self._oversized.add(key)
+        self._remember(key, item)
+        dirty.setdefault(key, [])
+        out.extend(self._replay(dirty, new_key=key, new_item=item))
+        return out
+
+    def _replay(
+        self,
+        dirty: dict[Hashable, list[Meta]],
+        new_key: Hashable | None,
+        new_item: DataItem | None,
+    ) -> Iterator[DataItem]:
+        """Emit, in bucket order, every tuple whose content changed."""
+        w = self.window
+        for key, removed_at in dirty.items():
+            bucket = self._buckets[key]
+            positions: set[int] = set()
+            for removed in removed_at:  # the w - 1 items after a removed one lost it from view
+                start = bisect_left(bucket.items, removed, key=_meta_of)
+                positions.update(range(start, start + w - 1))
+            if key == new_key and new_item is not None:
+                start = bisect_left(bucket.items, new_item.meta, key=_meta_of)
+                positions.update(range(start, start + w))
+            for position in sorted(p for p in positions if p < len(bucket.items)):
+                yield self._emit(bucket, position, first=bucket.items[position] is new_item)
+
+    def _emit(self, bucket: Bucket, position: int, *, first: bool) -> DataItem:
+        last = bucket.items[position]
+        window = bucket.items[max(0, position - self.window + 1) : position + 1]
+        bucket.clock += 1
+        self.stats.emitted += 1
+        if not first:
+            self.stats.replayed += 1
+        return DataItem(
+            tuple(i.payload for i in window),
+            last.meta.extended(LocalTime(bucket.clock, 0)),
+            may_invalidate=last.may_invalidate or not first,
+        )
+
+    def _remove(self, key: Hashable, victim: DataItem) -> None:
+        """Remove an invalidated item from its bucket."""
+        items = self._buckets[key].items
+        position = bisect_left(items, victim.meta, key=_meta_of)
+        if position >= len(items) or items[position] is not victim:
+            msg = f"grouping {self.step_id!r}: lost track of {victim.meta}"
+            raise InvariantError(msg)
+        del items[position]
+        self._oversized.add(key)  # let GC delete the bucket if this emptied it
+        self.stats.invalidated += 1
+
+    def _remember(self, key: Hashable | None, item: DataItem) -> None:
+        entries = self._by_time.get(item.global_time)
+        if entries is None:
+            entries = self._by_time[item.global_time] = []
+            heapq.heappush(self._times, item.global_time)
+        entries.append((key, item))
+
+    def _forget(self, item: DataItem) -> None:
+        entries = self._by_time[item.global_time]
+        for index, (_, held) in enumerate(entries):
+            if held is item:
+                del entries[index]
+                return
+        msg = f"grouping {self.step_id!r}: {item.meta} missing from the index"
+        raise InvariantError(msg)
+
+    # --- garbage collection --------------------------------------------------------------
+
+    def collect_garbage(self, min_time: GlobalTime) -> None:
+        """Drop what nothing arriving from now on can need: see the module docstring."""
+        while self._times and self._times[0] < min_time:
+            del self._by_time[heapq.heappop(self._times)]
+        keep = self.window - 1
+        for key in list(self._oversized):
+            bucket = self._buckets[key]
+            below = bisect_left(bucket.items, min_time, key=_time_of)
+            drop = below - keep
+            if drop > 0:
+                del bucket.items[:drop]
+                self.stats.collected += drop
+            if len(bucket.items) < self.window:
+                self._oversized.discard(key)
+            if not bucket.items:
+                del self._buckets[key]
+
+    # --- inspection ----------------------------------------------------------------------
+
+    def bucket(self, key: Hashable) -> tuple[DataItem, ...]:
+        """The items now in ``key``'s bucket, in meta order."""
+        bucket = self._buckets.get(key)
+        return tuple(bucket.items) if bucket else ()
+
+    def keys(self) -> tuple[Hashable, ...]:
+        """Keys that have a bucket."""
+        return tuple(self._buckets)
+
+    def entries(self) -> int:
+        """Total number of items held in buckets."""
+        return sum(len(b.items) for b in self._buckets.values())
+
+    def entries_below(self, min_time: GlobalTime) -> dict[Hashable, int]:
+        """Per key, how many held items have a global time below ``min_time``."""
+        return {
+            key: bisect_left(b.items, min_time, key=_time_of) for key, b in self._buckets.items()
+        }
+
+    def indexed_times(self) -> int:
+        """How many global times the invalidation index still holds."""
+        return len(self._by_time)

@@ -1,0 +1,264 @@
+"""Public testing helpers: scripted arrival schedules and in-order runs on the reference runtime.
+
+A :class:`Script` says which front admits what and when, when fronts report or close, and
+how many in-flight deliveries happen in between (the scheduler picks which ones), like Beam's
+``TestStream``. :func:`run_in_order` is the oracle: every item processed to quiescence in
+global-time order.
+
+>>> from flamestream import Dataflow
+>>> flow = Dataflow("last_two")
+>>> numbers = flow.source("numbers")
+>>> flow.sink("out", flow.grouping("pairs", numbers, window=2, key=lambda n: 0))
+>>> script = Script().admit(1, "b", ts=5).admit(0, "a", ts=7).admit(1, "c", ts=9)
+>>> [r.payload for r in run_script(flow, script, scheduler=RandomScheduler(1)).released()]
+[('b',), ('b', 'a'), ('a', 'c')]
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from flamestream.errors import ScheduleError
+from flamestream.graph import Dataflow, LogicalGraph
+from flamestream.model import GlobalTime
+from flamestream.runtime import (
+    FifoScheduler,
+    RandomScheduler,
+    ReferenceRuntime,
+    Released,
+    RuntimeStats,
+    Scheduler,
+)
+
+__all__ = [
+    "Admit",
+    "Close",
+    "Deliver",
+    "FifoScheduler",
+    "Hold",
+    "RandomScheduler",
+    "ReleaseHolds",
+    "Report",
+    "RunResult",
+    "Script",
+    "run_in_order",
+    "run_script",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    """Front ``front`` admits ``payload`` (stamped with ``ts``, or by the front's clock)."""
+
+    front: int
+    payload: Any
+    ts: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """Front ``front`` reports it will assign no ts below ``ts``."""
+
+    front: int
+    ts: int
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """Front ``front`` (or every front) closes."""
+
+    front: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    """Deliver ``count`` ready envelopes (or all, until idle), in the scheduler's order."""
+
+    count: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Hold back envelopes headed to ``step`` and/or from ``front`` (a delay)."""
+
+    step: str | None = None
+    front: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseHolds:
+    """Release every hold."""
+
+
+Action = Admit | Report | Close | Deliver | Hold | ReleaseHolds
+
+
+@dataclass
+class Script:
+    """A scripted arrival schedule, built fluently."""
+
+    actions: list[Action] = field(default_factory=list)
+
+    def admit(self, front: int, payload: Any, ts: int | None = None) -> Script:
+        """Append an admission."""
+        self.actions.append(Admit(front, payload, ts))
+        return self
+
+    def report(self, front: int, ts: int) -> Script:
+        """Append a front report."""
+        self.actions.append(Report(front, ts))
+        return self
+
+    def close(self, front: int | None = None) -> Script:
+        """Append a close."""
+        self.actions.append(Close(front))
+        return self
+
+    def deliver(self, count: int | None = None) -> Script:
+        """Append deliveries."""
+        self.actions.append(Deliver(count))
+        return self
+
+    def hold(self, *, step: str | None = None, front: int | None = None) -> Script:
+        """Append a hold."""
+        self.actions.append(Hold(step, front))
+        return self
+
+    def release_holds(self) -> Script:
+        """Append a release of all holds."""
+        self.actions.append(ReleaseHolds())
+        return self
+
+    def fronts(self) -> list[int]:
+        """The front ids the script mentions."""
+        ids = {a.front for a in self.actions if isinstance(a, Admit | Report | Close | Hold)}
+        return sorted(i for i in ids if i is not None) or [0]
+
+
+@dataclass
+class RunResult:
+    """The outcome of a run: what each sink released, and the runtime for inspection."""
+
+    runtime: ReferenceRuntime
+
+    def released(self, sink: str | None = None) -> list[Released]:
+        """The released items of ``sink`` (default: the only sink), in release order."""
+        return self.runtime.released(sink)
+
+    def payloads(self, sink: str | None = None) -> list[Any]:
+        """Just the released payloads."""
+        return [r.payload for r in self.released(sink)]
+
+    def timed(self, sink: str | None = None) -> list[tuple[GlobalTime, Any]]:
+        """``(global time, payload)`` pairs: what the determinism contract is about."""
+        return [(r.global_time, r.payload) for r in self.released(sink)]
+
+    @property
+    def stats(self) -> RuntimeStats:
+        """The run's counters."""
+        return self.runtime.stats
+
+
+def _bind_all(flow: Dataflow | LogicalGraph, fronts: Iterable[int]) -> dict[int, str]:
+    graph = flow.build() if isinstance(flow, Dataflow) else flow
+    if len(graph.sources) != 1:
+        msg = f"the graph has sources {list(graph.sources)}: pass fronts={{front id: source}}"
+        raise ScheduleError(msg)
+    return dict.fromkeys(fronts, graph.sources[0])
+
+
+def run_script(
+    flow: Dataflow | LogicalGraph,
+    script: Script | Iterable[Action],
+    *,
+    fronts: Mapping[int, str] | None = None,
+    scheduler: Scheduler | None = None,
+    record: bool = False,
+    finish: bool = True,
+) -> RunResult:
+    """Run ``script`` on the reference runtime.
+
+    ``fronts`` binds front ids to sources; by default every front the script mentions feeds
+    the graph's only source. With ``finish`` (the default) the run ends by closing every open
+    front, releasing holds and delivering until idle, so everything admitted is released.
+    """
+    script = script if isinstance(script, Script) else Script(list(script))
+    runtime = ReferenceRuntime(
+        flow,
+        fronts=fronts if fronts is not None else _bind_all(flow, script.fronts()),
+        scheduler=scheduler,
+        record=record,
+    )
+    for action in script.actions:
+        _apply(runtime, action)
+    if finish:
+        runtime.close()
+        runtime.release_holds()
+        runtime.run_until_idle()
+    return RunResult(runtime)
+
+
+def _apply(runtime: ReferenceRuntime, action: Action) -> None:
+    if isinstance(action, Admit):
+        runtime.admit(action.front, action.payload, ts=action.ts)
+    elif isinstance(action, Report):
+        runtime.report(action.front, action.ts)
+    elif isinstance(action, Close):
+        runtime.close(action.front)
+    elif isinstance(action, Deliver):
+        if action.count is None:
+            runtime.run_until_idle()
+        else:
+            for _ in range(action.count):
+                if not runtime.step():
+                    break
+    elif isinstance(action, Hold):
+        runtime.hold(step=action.step, front=action.front)
+    elif isinstance(action, ReleaseHolds):
+        runtime.release_holds()
+    else:
+        msg = f"not a script action: {action!r}"
+        raise ScheduleError(msg)
+
+
+def run_in_order(
+    flow: Dataflow | LogicalGraph,
+    inputs: Sequence[Any] | Mapping[int, Sequence[tuple[int, Any]]],
+    *,
+    fronts: Mapping[int, str] | None = None,
+    record: bool = False,
+) -> RunResult:
+    """The in-order oracle: admit every item in global-time order, each run to quiescence.
+
+    ``inputs`` is either a list of payloads (one front, ts 0, 1, 2 …) or a mapping
+    ``front id -> [(ts, payload), …]`` with strictly increasing ts per front. After every item
+    each front reports its next ts (or closes when it has no more), so sinks release as they
+    would in a live run.
+    """
+    per_front: dict[int, deque[tuple[int, Any]]] = (
+        {int(f): deque(items) for f, items in inputs.items()}
+        if isinstance(inputs, Mapping)
+        else {0: deque(enumerate(inputs))}
+    )
+    runtime = ReferenceRuntime(
+        flow,
+        fronts=fronts if fronts is not None else _bind_all(flow, sorted(per_front)),
+        record=record,
+    )
+    while any(per_front.values()):
+        _, front = min((queue[0][0], f) for f, queue in per_front.items() if queue)
+        ts, payload = per_front[front].popleft()
+        runtime.admit(front, payload, ts=ts)
+        runtime.run_until_idle()
+        for other in runtime.open_fronts():
+            queue = per_front.get(other)
+            if not queue:
+                runtime.close(other)
+            elif queue[0][0] > runtime.front_report(other):
+                runtime.report(other, queue[0][0])
+    runtime.close()
+    runtime.run_until_idle()
+    return RunResult(runtime)
