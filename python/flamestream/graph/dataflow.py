@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flamestream.errors import GraphError
-from flamestream.graph.logical import Edge, LogicalGraph, check_step_id
+from flamestream.graph.logical import Edge, LogicalGraph, check_parameters, check_step_id
 from flamestream.graph.steps import (
     Broadcast,
     Filter,
@@ -68,9 +68,21 @@ class Dataflow:
         """Replace every payload by the payloads ``fn`` returns (siblings, same global time)."""
         return self._add(FlatMap(check_step_id(step_id), fn), (up,))[0]
 
-    def filter(self, step_id: str, up: Stream, predicate: Callable[[Any], bool]) -> Stream:
-        """Keep the payloads for which ``predicate`` is true."""
-        return self._add(Filter(check_step_id(step_id), predicate), (up,))[0]
+    def filter(
+        self,
+        step_id: str,
+        up: Stream,
+        predicate: Callable[[Any], bool],
+        *,
+        version_stable: bool = False,
+    ) -> Stream:
+        """Keep the payloads for which ``predicate`` is true.
+
+        See :class:`~flamestream.graph.Filter` for ``version_stable``; leave it off unless the
+        predicate provably answers alike for every replayed version of an item.
+        """
+        step = Filter(check_step_id(step_id), predicate, version_stable)
+        return self._add(step, (up,))[0]
 
     def broadcast(self, step_id: str, up: Stream, n: int) -> tuple[Stream, ...]:
         """Copy every item to ``n`` output streams."""
@@ -82,7 +94,7 @@ class Dataflow:
 
     def add_merge_input(self, merge: Stream, up: Stream) -> None:
         """Feed ``up`` into an existing merge; this is how a cycle is closed."""
-        self._check_stream(merge, "a merge stream of this flow")
+        self._check_stream(getattr(merge, "step_id", None), merge, "a merge stream of this flow")
         target = self._steps[merge.step_id]
         if not isinstance(target, Merge):
             raise GraphError(
@@ -91,14 +103,14 @@ class Dataflow:
                 f"a {target.kind} step",
                 "only merge takes several inputs",
             )
+        self._check_stream(merge.step_id, up, "a stream of this flow")
+        self._check_free(merge.step_id, [up])
         self._connect(up, merge.step_id)
 
     def grouping(
         self, step_id: str, up: Stream, *, window: int, key: Callable[[Any], Hashable]
     ) -> Stream:
         """For each item, the tuple of the last ``window`` items with its key, up to it."""
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise GraphError(step_id, "a window >= 1", repr(window), "the window is a count")
         return self._add(Grouping(check_step_id(step_id), window, key), (up,))[0]
 
     def sink(self, step_id: str, up: Stream) -> None:
@@ -117,42 +129,49 @@ class Dataflow:
         return self._add(step, ups)
 
     def _add(self, step: Step, ups: tuple[Stream, ...]) -> tuple[Stream, ...]:
+        # Check everything before changing anything: a failed call leaves the flow as it was.
         if step.step_id in self._steps:
             raise GraphError(
                 step.step_id, "a unique step id", "it used twice", "rename one of the steps"
             )
-        for attr in ("fn", "predicate", "key"):
-            fn = getattr(step, attr, callable)
-            if not callable(fn):
-                raise GraphError(
-                    step.step_id, f"a callable {attr}", f"{type(fn).__name__} {fn!r}", ""
-                )
+        check_parameters(step)
         for up in ups:
-            self._check_stream(up, "a stream of this flow")
+            self._check_stream(step.step_id, up, "a stream of this flow")
+        self._check_free(step.step_id, ups)
         self._steps[step.step_id] = step
         for up in ups:
             self._connect(up, step.step_id)
         return tuple(Stream(id(self), step.step_id, port) for port in range(step.outputs))
 
-    def _check_stream(self, up: object, expected: str) -> None:
+    def _check_stream(self, step_id: object, up: object, expected: str) -> None:
+        where = step_id if isinstance(step_id, str) else None
         if not isinstance(up, Stream):
-            raise GraphError(None, expected, f"{type(up).__name__} {up!r}", "")
+            raise GraphError(
+                where, f"{expected} as input", f"{type(up).__name__} {up!r}", "pass a Stream"
+            )
         if up.flow_id != id(self) or up.step_id not in self._steps:
             raise GraphError(
-                up.step_id,
-                expected,
-                "a stream of another Dataflow",
+                where,
+                f"{expected} as input",
+                f"stream {up.step_id!r} of another Dataflow",
                 "build each graph from one Dataflow object",
             )
 
+    def _check_free(self, step_id: str, ups: Iterable[Stream]) -> None:
+        """Each output feeds exactly one step: reject outputs already (or twice) consumed."""
+        seen: set[tuple[str, int]] = set()
+        for up in ups:
+            port = (up.step_id, up.port)
+            taken = self._consumed.get(port) or (step_id if port in seen else None)
+            if taken is not None:
+                raise GraphError(
+                    step_id,
+                    "an input stream no other step consumes",
+                    f"{up.step_id!r}, which already feeds {taken!r}",
+                    "use broadcast(...) to send one stream to several steps",
+                )
+            seen.add(port)
+
     def _connect(self, up: Stream, dst: str) -> None:
-        taken = self._consumed.get((up.step_id, up.port))
-        if taken is not None:
-            raise GraphError(
-                up.step_id,
-                "its output to feed exactly one step",
-                f"it feeding both {taken!r} and {dst!r}",
-                "use broadcast(...) to send one stream to several steps",
-            )
         self._consumed[(up.step_id, up.port)] = dst
         self._edges.append(Edge(up.step_id, up.port, dst))

@@ -38,12 +38,37 @@ def check_step_id(step_id: object, *, allow_dots: bool = False) -> str:
     return step_id
 
 
+def check_parameters(step: Step) -> None:
+    """Check a step's own parameters (window, copies, functions), before it is wired."""
+    sid = step.step_id
+    if isinstance(step, Grouping) and (
+        isinstance(step.window, bool) or not isinstance(step.window, int) or step.window < 1
+    ):
+        raise GraphError(sid, "a window >= 1", repr(step.window), "the window is a count")
+    if isinstance(step, Broadcast) and (
+        isinstance(step.n, bool) or not isinstance(step.n, int) or step.n < 2
+    ):
+        raise GraphError(sid, "n >= 2 copies", repr(step.n), "for one copy use the stream itself")
+    for attr in ("fn", "predicate", "key"):
+        fn = getattr(step, attr, callable)
+        if not callable(fn):
+            raise GraphError(
+                sid,
+                f"a callable {attr}",
+                f"{type(fn).__name__} {fn!r}",
+                f"pass a function for the {step.kind}'s {attr}",
+            )
+
+
 class LogicalGraph:
     """A complete, validated logical graph. Immutable once built.
 
     Construct it from steps and edges (or with :class:`flamestream.Dataflow`); the constructor
-    rejects duplicate or dotted step ids, dangling edges, wrong input or output counts, a
-    window < 1, steps that no source reaches, and cycles that have no grouping on them.
+    rejects duplicate or empty step ids, bad step parameters (a window < 1, a broadcast to
+    fewer than 2, a function that is not callable), dangling edges, wrong input or output
+    counts, steps that no source reaches, and cycles that have no grouping on them. Dotted ids
+    are allowed here because composite helpers name their inner steps ``outer.inner``; the
+    :class:`~flamestream.Dataflow` rejects them in user step ids.
     """
 
     def __init__(self, steps: Iterable[Step], edges: Iterable[Edge], *, name: str = "flow") -> None:
@@ -53,8 +78,9 @@ class LogicalGraph:
             check_step_id(step.step_id, allow_dots=True)
             if step.step_id in self._steps:
                 raise GraphError(
-                    step.step_id, "a unique step id", "it twice", "rename one of the two steps"
+                    step.step_id, "a unique step id", "it used twice", "rename one of the steps"
                 )
+            check_parameters(step)
             self._steps[step.step_id] = step
         self._edges = tuple(edges)
         self._inputs: dict[str, list[Edge]] = {sid: [] for sid in self._steps}
@@ -88,11 +114,14 @@ class LogicalGraph:
 
     def consumer(self, step_id: str, port: int = 0) -> str:
         """The step fed by output ``port`` of ``step_id``."""
-        return self._outputs[step_id][port].dst
+        outputs = self._outputs[self.step(step_id).step_id]
+        if port not in outputs:
+            raise GraphError(step_id, f"output ports {sorted(outputs)}", f"port {port!r}", "")
+        return outputs[port].dst
 
     def producers(self, step_id: str) -> tuple[str, ...]:
         """The steps feeding ``step_id`` (repeated if one feeds it twice)."""
-        return tuple(edge.src for edge in self._inputs[step_id])
+        return tuple(edge.src for edge in self._inputs[self.step(step_id).step_id])
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -142,7 +171,9 @@ class LogicalGraph:
                 edge.src,
                 f"output ports 0..{src.outputs - 1}" if src.outputs else "no outputs (a sink)",
                 f"an edge from port {edge.port} to {edge.dst!r}",
-                "sinks feed nothing; only broadcast has several outputs",
+                "a sink feeds nothing"
+                if isinstance(src, Sink)
+                else "only broadcast has several outputs",
             )
         taken = self._outputs[edge.src].get(edge.port)
         if taken is not None:
@@ -164,6 +195,8 @@ class LogicalGraph:
             hint = "a sink needs an input stream" if isinstance(step, Sink) else ""
             if step.inputs > 1 or n_in > 1:
                 hint = "only merge takes several inputs"
+            if isinstance(step, Source):
+                hint = "a source is fed by fronts, not by steps"
             raise GraphError(sid, f"{step.inputs} input(s)", f"{n_in}", hint)
         missing = [p for p in range(step.outputs) if p not in self._outputs[sid]]
         if missing:
@@ -173,16 +206,6 @@ class LogicalGraph:
                 f"output(s) {missing} feeding nothing",
                 "connect it to a sink or another step, or remove the step",
             )
-        if isinstance(step, Grouping) and (
-            isinstance(step.window, bool) or not isinstance(step.window, int) or step.window < 1
-        ):
-            raise GraphError(sid, "a window >= 1", repr(step.window), "the window is a count")
-        if isinstance(step, Broadcast) and (not isinstance(step.n, int) or step.n < 2):
-            raise GraphError(sid, "n >= 2 copies", repr(step.n), "use the stream itself")
-        for attr in ("fn", "predicate", "key"):
-            fn = getattr(step, attr, callable)
-            if not callable(fn):
-                raise GraphError(sid, f"a callable {attr}", type(fn).__name__, "")
 
     def _check_whole(self) -> None:
         if not self.sources:
@@ -199,7 +222,10 @@ class LogicalGraph:
         for sid in self._steps:
             if sid not in reached:
                 raise GraphError(
-                    sid, "to be reachable from a source", "no path from any source", ""
+                    sid,
+                    "to be reachable from a source",
+                    "no path from any source",
+                    "connect it downstream of a source, or remove it",
                 )
         cycle = self._cycle_without_grouping()
         if cycle:

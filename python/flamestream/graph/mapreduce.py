@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, Generic, TypeVar
 
+from flamestream.errors import GraphError
 from flamestream.graph.dataflow import Dataflow, Stream
 from flamestream.graph.logical import check_step_id
 from flamestream.graph.steps import Broadcast, Filter, Grouping, Map, Merge
@@ -109,10 +110,21 @@ def map_reduce(
     [Reduced(key='dog', value=1), Reduced(key='cat', value=1), Reduced(key='dog', value=2)]
     """
     check_step_id(step_id)
+    for name, fn in (("mapper", mapper), ("reducer", reducer), ("initial", initial)):
+        if not callable(fn):
+            raise GraphError(
+                step_id,
+                f"a callable {name}",
+                f"{type(fn).__name__} {fn!r}",
+                "map_reduce(..., mapper=lambda x: (key, value), reducer=lambda acc, v: ...)",
+            )
     (mapped,) = flow.add_step(Map(f"{step_id}.map", _MapStep(mapper)), up)
     (merged,) = flow.add_step(Merge(f"{step_id}.merge"), mapped)
     (tuples,) = flow.add_step(Grouping(f"{step_id}.grouping", 2, attrgetter("key")), merged)
-    (fresh,) = flow.add_step(Filter(f"{step_id}.filter", _ends_with_mapped), tuples)
+    # Every version of a tuple ends in a version of the same last item, mapped or reduced
+    # alike, so the filter's answer is version-stable and dropped replays need no tombstone.
+    filter_step = Filter(f"{step_id}.filter", _ends_with_mapped, version_stable=True)
+    (fresh,) = flow.add_step(filter_step, tuples)
     (reduced,) = flow.add_step(Map(f"{step_id}.reduce", _ReduceStep(initial, reducer)), fresh)
     out, back = flow.add_step(Broadcast(f"{step_id}.broadcast", 2), reduced)
     flow.add_merge_input(merged, back)

@@ -50,9 +50,16 @@ class FlatMap(Step):
 
 @dataclass(frozen=True)
 class Filter(Step):
-    """The input when ``predicate(payload)`` is true, nothing otherwise."""
+    """The input when ``predicate(payload)`` is true, nothing otherwise.
+
+    ``version_stable`` declares that the predicate answers alike for every version of an item
+    (all versions a replay can produce of it, e.g. it looks only at the type of a tuple's last
+    element). Then dropping a replayed version needs no tombstone: the older versions were
+    dropped too. Declaring it falsely loses invalidations.
+    """
 
     predicate: Callable[[Any], bool]
+    version_stable: bool = False
 
 
 @dataclass(frozen=True)

@@ -205,7 +205,7 @@ class GroupingState:
         bucket = self._buckets.get(key)
         return tuple(bucket.items) if bucket else ()
 
-    def keys(self) -> tuple[Hashable, ...]:
+    def bucket_keys(self) -> tuple[Hashable, ...]:
         """Keys that have a bucket."""
         return tuple(self._buckets)
 

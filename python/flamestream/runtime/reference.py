@@ -49,7 +49,7 @@ from flamestream.runtime.grouping import GroupingState
 _STATELESS_LOCAL = LocalTime(0, 0)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Envelope:
     """An item in flight towards step ``dest``; ``seq`` is the order it was sent in."""
 
@@ -285,16 +285,16 @@ class ReferenceRuntime:
     def step(self) -> bool:
         """Deliver one ready envelope; return False if none was ready."""
         self._check_alive()
-        ready = (
-            [e for e in self._pool if not any(h(e) for h in self._holds)]
-            if self._holds
-            else self._pool
-        )
-        if not ready:
+        if self._holds:
+            ready_at = [i for i, e in enumerate(self._pool) if not any(h(e) for h in self._holds)]
+            if not ready_at:
+                return False
+            index = ready_at[self._scheduler.pick([self._pool[i] for i in ready_at])]
+        elif self._pool:
+            index = self._scheduler.pick(self._pool)
+        else:
             return False
-        envelope = ready[self._scheduler.pick(ready)]
-        self._pool.remove(envelope)
-        self._deliver(envelope)
+        self._deliver(self._pool.pop(index))
         return True
 
     def run_until_idle(self, max_deliveries: int = 10_000_000) -> None:
@@ -311,6 +311,11 @@ class ReferenceRuntime:
     def min_time(self) -> GlobalTime:
         """The current min-time (see :mod:`flamestream.runtime.acker`)."""
         return self._min_time
+
+    @property
+    def in_flight_count(self) -> int:
+        """How many envelopes are in flight (held ones included)."""
+        return len(self._pool)
 
     @property
     def in_flight(self) -> tuple[Envelope, ...]:
@@ -502,7 +507,8 @@ class ReferenceRuntime:
             def filter_(item: DataItem) -> list[tuple[str, DataItem]]:
                 if item.tombstone or self._call(step, predicate, item):
                     return [(dest, _pass(item, item.payload))]
-                if item.may_invalidate:  # dropped, but what it invalidates must still go
+                if item.may_invalidate and not step.version_stable:
+                    # dropped, but what it would have invalidated must still be dropped
                     return [(dest, item.as_tombstone(_STATELESS_LOCAL))]
                 return []
 
