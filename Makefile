@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: help setup run test unit lint format clean
+.PHONY: help setup run test unit lint format bench clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -27,8 +27,8 @@ run: setup  ## set up, then run the main job (streaming word count, see README)
 	$(PY) -m flamestream.examples.wordcount
 
 lint: setup  ## ruff (lint + format check) and mypy
-	$(PY) -m ruff check python tests
-	$(PY) -m ruff format --check python tests
+	$(PY) -m ruff check python tests benchmarks
+	$(PY) -m ruff format --check python tests benchmarks
 	$(PY) -m mypy
 
 test: lint  ## set up, lint, then run the whole test suite
@@ -37,9 +37,12 @@ test: lint  ## set up, lint, then run the whole test suite
 unit: setup  ## only the fast unit tests (no Spark)
 	$(PY) -m pytest tests/unit
 
+bench: setup  ## run the benchmark harness, print JSON ratios
+	$(PY) -m benchmarks.bench
+
 format: setup  ## apply ruff's fixes and formatting
-	$(PY) -m ruff check --fix python tests
-	$(PY) -m ruff format python tests
+	$(PY) -m ruff check --fix python tests benchmarks
+	$(PY) -m ruff format python tests benchmarks
 
 clean:  ## remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis

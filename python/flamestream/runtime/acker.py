@@ -9,17 +9,25 @@ or whose slot is non-zero; nothing below it exists in flight or can appear any m
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 
 from flamestream.errors import InvariantError, ScheduleError
 from flamestream.model import END_OF_TIME, DataItem, GlobalTime
 
+_MASK64 = (1 << 64) - 1
+
 
 def item_id(item: DataItem) -> int:
-    """A stable 64-bit id of an item, from its meta (unique per item) and its kind."""
-    digest = hashlib.blake2b(repr((item.meta, item.tombstone)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little")
+    """A stable 64-bit id of an item, from its meta (unique per item) and its kind.
+
+    A meta is a tuple of ints only, and CPython hashes such tuples deterministically (no hash
+    randomization applies to ints), so every process computes the same id. The splitmix64
+    finalizer spreads the bits, as XOR checksums want.
+    """
+    z = (hash((item.meta, item.tombstone)) + 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
 
 
 class Acker:

@@ -41,7 +41,7 @@ class BarrierBuffer:
             self._by_time[item.global_time] = [item]
             heapq.heappush(self._times, item.global_time)
             return
-        if any(invalidates(other.meta, item.meta) for other in held):
+        if any(other.may_invalidate and invalidates(other.meta, item.meta) for other in held):
             self.stats.stale += 1
             return
         if item.may_invalidate:
