@@ -17,7 +17,7 @@ global-time order.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,6 +94,9 @@ class ReleaseHolds:
 
 
 Action = Admit | Report | Close | Deliver | Hold | ReleaseHolds
+
+#: Deliveries after which ``Deliver()`` (until idle) gives up on reaching quiescence.
+MAX_DELIVERIES = 10_000_000
 
 
 @dataclass
@@ -178,12 +181,15 @@ def run_script(
     scheduler: Scheduler | None = None,
     record: bool = False,
     finish: bool = True,
+    on_event: Callable[[ReferenceRuntime], None] | None = None,
 ) -> RunResult:
     """Run ``script`` on the reference runtime.
 
     ``fronts`` binds front ids to sources; by default every front the script mentions feeds
     the graph's only source. With ``finish`` (the default) the run ends by closing every open
     front, releasing holds and delivering until idle, so everything admitted is released.
+    ``on_event(runtime)``, if given, is called after every admission, report, close and single
+    delivery: the place for invariant checks while the run goes on.
     """
     script = script if isinstance(script, Script) else Script(list(script))
     runtime = ReferenceRuntime(
@@ -192,29 +198,40 @@ def run_script(
         scheduler=scheduler,
         record=record,
     )
+    observe = on_event or _ignore
     for action in script.actions:
-        _apply(runtime, action)
+        _apply(runtime, action, observe)
     if finish:
         runtime.close()
+        observe(runtime)
         runtime.release_holds()
-        runtime.run_until_idle()
+        _apply(runtime, Deliver(), observe)
     return RunResult(runtime)
 
 
-def _apply(runtime: ReferenceRuntime, action: Action) -> None:
+def _ignore(runtime: ReferenceRuntime) -> None:
+    """The default ``on_event``: observe nothing."""
+
+
+def _apply(
+    runtime: ReferenceRuntime, action: Action, observe: Callable[[ReferenceRuntime], None]
+) -> None:
+    if isinstance(action, Deliver):
+        limit = action.count if action.count is not None else MAX_DELIVERIES
+        delivered = 0
+        while delivered < limit and runtime.step():
+            delivered += 1
+            observe(runtime)
+        if action.count is None and delivered == limit:
+            msg = f"no quiescence after {limit} deliveries: a cycle may circulate forever"
+            raise ScheduleError(msg)
+        return
     if isinstance(action, Admit):
         runtime.admit(action.front, action.payload, ts=action.ts)
     elif isinstance(action, Report):
         runtime.report(action.front, action.ts)
     elif isinstance(action, Close):
         runtime.close(action.front)
-    elif isinstance(action, Deliver):
-        if action.count is None:
-            runtime.run_until_idle()
-        else:
-            for _ in range(action.count):
-                if not runtime.step():
-                    break
     elif isinstance(action, Hold):
         runtime.hold(step=action.step, front=action.front)
     elif isinstance(action, ReleaseHolds):
@@ -222,6 +239,7 @@ def _apply(runtime: ReferenceRuntime, action: Action) -> None:
     else:
         msg = f"not a script action: {action!r}"
         raise ScheduleError(msg)
+    observe(runtime)
 
 
 def run_in_order(

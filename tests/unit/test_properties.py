@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from flamestream import Dataflow, GlobalTime, Meta, Reduced, invalidates, map_reduce
 from flamestream.runtime import RandomScheduler, ReferenceRuntime
-from flamestream.testing import Admit, Close, Deliver, Report, Script, run_in_order, run_script
+from flamestream.testing import Script, run_in_order, run_script
 
 PROPERTY = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -200,39 +200,19 @@ def test_cross_key_cycle_is_independent_of_arrival_order(data, seed):
 # --- the barrier against what is really in flight, and bounded state -----------------------------
 
 
-def drive(runtime: ReferenceRuntime, script: Script, after_each) -> None:
-    """Apply ``script`` one delivery at a time, calling ``after_each`` after every event."""
-    for action in script.actions:
-        if isinstance(action, Admit):
-            runtime.admit(action.front, action.payload, ts=action.ts)
-        elif isinstance(action, Report):
-            runtime.report(action.front, action.ts)
-        elif isinstance(action, Close):
-            runtime.close(action.front)
-        elif isinstance(action, Deliver):
-            for _ in range(action.count if action.count is not None else 10**9):
-                if not runtime.step():
-                    break
-                after_each()
-        after_each()
-    runtime.close()
-    while runtime.step():
-        after_each()
+class BarrierCheck:
+    """After every event: what was just released has nothing at or below its time in flight."""
 
+    def __init__(self) -> None:
+        self.seen: dict[str, int] = {}
 
-def barrier_check(runtime: ReferenceRuntime):
-    seen = {sink: 0 for sink in runtime.graph.sinks}
-
-    def check() -> None:
+    def __call__(self, runtime: ReferenceRuntime) -> None:
         in_flight = [e.item.global_time for e in runtime.in_flight]
-        for sink in seen:
+        for sink in runtime.graph.sinks:
             released = runtime.released(sink)
-            for r in released[seen[sink] :]:
-                # released only when nothing at or below its time is still in flight
+            for r in released[self.seen.get(sink, 0) :]:
                 assert all(gt > r.global_time for gt in in_flight)
-            seen[sink] = len(released)
-
-    return check
+            self.seen[sink] = len(released)
 
 
 @PROPERTY
@@ -240,9 +220,11 @@ def barrier_check(runtime: ReferenceRuntime):
 def test_nothing_is_released_while_its_time_is_in_flight(data, seed):
     inputs = data.draw(front_inputs(small_ints))
     for flow in (chained_groupings(), cross_key_cycle()):
-        runtime = ReferenceRuntime(flow, fronts=len(inputs), scheduler=RandomScheduler(seed))
-        drive(runtime, data.draw(shuffled_scripts(inputs)), barrier_check(runtime))
-        assert len(runtime.released()) == len(run_in_order(flow, inputs).released())
+        script = data.draw(shuffled_scripts(inputs))
+        check = BarrierCheck()
+        result = run_script(flow, script, scheduler=RandomScheduler(seed), on_event=check)
+        assert check.seen  # the check ran
+        assert result.timed() == run_in_order(flow, inputs).timed()
 
 
 def fair_long_script(rng, fronts: int, per_front: int, max_lag: int) -> Script:
@@ -273,17 +255,17 @@ def test_grouping_state_stays_bounded_on_a_long_stream(seed, window):
     grouped = flow.grouping("g", flow.source("in"), window=window, key=lambda n: n % keys)
     flow.sink("out", grouped)
     script = fair_long_script(random.Random(seed), fronts, per_front, max_lag=10)
-    runtime = ReferenceRuntime(flow, fronts=fronts, scheduler=RandomScheduler(seed))
-    state = runtime.grouping("g")
     peak = 0
 
-    def check() -> None:
+    def check(runtime: ReferenceRuntime) -> None:
         nonlocal peak
+        state = runtime.grouping("g")
         below = state.entries_below(runtime.min_time)
         assert max(below.values(), default=0) <= window - 1
         peak = max(peak, state.entries())
 
-    drive(runtime, script, check)
+    runtime = run_script(flow, script, scheduler=RandomScheduler(seed), on_event=check).runtime
+    state = runtime.grouping("g")
     assert len(runtime.released()) == fronts * per_front
     # the state follows what is above the min-time, not the length of the stream
     assert peak < fronts * per_front // 6
