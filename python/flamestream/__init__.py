@@ -6,9 +6,11 @@ Spark (coming with the Spark runtime).
 """
 
 from flamestream.errors import (
+    ConfigError,
     FlameStreamError,
     GraphError,
     InvariantError,
+    RecordError,
     ScheduleError,
     StepError,
 )
@@ -20,6 +22,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "END_OF_TIME",
+    "ConfigError",
     "DataItem",
     "Dataflow",
     "FlameStreamError",
@@ -30,6 +33,7 @@ __all__ = [
     "LogicalGraph",
     "Mapped",
     "Meta",
+    "RecordError",
     "Reduced",
     "ReferenceRuntime",
     "Released",

@@ -67,3 +67,28 @@ class ScheduleError(FlameStreamError):
 
 class InvariantError(FlameStreamError):
     """An internal invariant of the runtime broke; always a flamestream bug, please report it."""
+
+
+class ConfigError(FlameStreamError):
+    """An option is unknown, missing or has a bad value; raised before the query starts."""
+
+    def __init__(self, step: str, option: str, value: Any, allowed: str) -> None:
+        self.step = step
+        self.option = option
+        self.value = value
+        self.allowed = allowed
+        shown = "(missing)" if value is None else repr(value)
+        super().__init__(f"{step}: option {option!r} = {shown} is invalid; allowed: {allowed}")
+
+
+class RecordError(FlameStreamError):
+    """A record could not be decoded; names the step and the record's replay determinant."""
+
+    def __init__(self, step: str, determinant: Any, reason: str) -> None:
+        self.step = step
+        self.determinant = determinant
+        self.reason = reason
+        super().__init__(
+            f"step {step!r}: cannot decode the record at {determinant}: {reason}. Hint: fix or "
+            "remove the record, or set option deadLetterPath to route undecodable records there"
+        )

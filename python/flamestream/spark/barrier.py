@@ -1,0 +1,220 @@
+"""The barrier sink's durable side: stage, buffer, compute the min-time, release once.
+
+Layout under ``<state>/`` (any fsspec URL)::
+
+    staging/<batch>/part-<partition>.arrow   rows a write task received (overwritten on retry)
+    pending/<batch>.arrow                    rows not released after batch <batch>
+    commits/<batch>.json                     the per-batch marker: done, what was released
+
+A batch's commit is a pure function of (the previous batch's pending rows, the batch's staged
+rows, the batch's min-time), so running it again after a crash gives the same release, and
+outputs named by batch id are overwritten, never duplicated. Once its marker exists, a
+replayed commit does nothing.
+
+The min-time comes from Spark's offset log, ``checkpoint/offsets/<batch>``: every flamestream
+front's end offset carries its report (see :mod:`flamestream.spark.front`).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from flamestream.errors import FlameStreamError
+from flamestream.model import END_OF_TIME, GlobalTime
+from flamestream.spark.front import OFFSET_VERSION
+
+#: Batches of staging and pending files kept behind the newest commit (for inspection).
+KEEP_BATCHES = 2
+
+
+@dataclass(frozen=True)
+class StagedPart:
+    """The commit message of one write task: where its rows are staged."""
+
+    path: str
+    rows: int
+
+
+@dataclass(frozen=True)
+class CommitOutcome:
+    """What a batch's commit did."""
+
+    batch_id: int
+    min_time: GlobalTime
+    released: int
+    pending: int
+    skipped: bool
+
+
+def read_min_time(checkpoint: str, batch_id: int) -> GlobalTime:
+    """The min-time after ``batch_id``: the least report of the query's flamestream fronts.
+
+    Every line of the offset log after the first two is one source's end offset; lines that
+    are not flamestream offsets belong to other sources and are ignored.
+    """
+    fs, root = fsspec.core.url_to_fs(checkpoint)
+    path = posixpath.join(root, "offsets", str(batch_id))
+    try:
+        lines = fs.cat_file(path).decode().splitlines()
+    except FileNotFoundError:
+        msg = f"sink: no offset log {path}; is checkpointLocation the query's checkpoint?"
+        raise FlameStreamError(msg) from None
+    reports = []
+    for line in lines[2:]:
+        try:
+            offset = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(offset, dict) and offset.get("flamestream") == OFFSET_VERSION:
+            reports.append(GlobalTime(int(offset["horizon"]), int(offset["idBase"])))
+    if not reports:
+        msg = (
+            f"sink: batch {batch_id} has no flamestream front; a barrier sink needs the "
+            "query to read from format('flamestream') fronts (their reports give the min-time)"
+        )
+        raise FlameStreamError(msg)
+    return min(reports)
+
+
+class BarrierStore:
+    """Durable buffer of one sink. Created on executors (staging) and on the driver (commit)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+
+    def _fs(self) -> tuple[Any, str]:
+        fs, root = fsspec.core.url_to_fs(self.url)
+        return fs, root
+
+    # --- executors ---------------------------------------------------------------------
+
+    def stage(self, batch_id: int, partition_id: int, table: pa.Table) -> StagedPart:
+        """Write one task's rows; a retried task overwrites the same file."""
+        fs, root = self._fs()
+        folder = posixpath.join(root, "staging", str(batch_id))
+        fs.makedirs(folder, exist_ok=True)
+        path = posixpath.join(folder, f"part-{partition_id:05d}.arrow")
+        _write_arrow(fs, path, table)
+        return StagedPart(path, table.num_rows)
+
+    # --- driver --------------------------------------------------------------------------
+
+    def commit(
+        self,
+        batch_id: int,
+        parts: Sequence[StagedPart | None],
+        min_time: GlobalTime,
+        release: Callable[[int, pa.Table], None],
+    ) -> CommitOutcome:
+        """Merge staged rows into the buffer and release what is below ``min_time``."""
+        fs, root = self._fs()
+        marker = posixpath.join(root, "commits", f"{batch_id:012d}.json")
+        if fs.exists(marker):
+            done = json.loads(fs.cat_file(marker))
+            return CommitOutcome(
+                batch_id, GlobalTime(*done["minTime"]), done["released"], done["pending"], True
+            )
+        previous = self._previous_marker(fs, root, batch_id)
+        tables = []
+        if previous and previous.get("pendingPath"):
+            tables.append(_read_arrow(fs, previous["pendingPath"]))
+        tables += [_read_arrow(fs, p.path) for p in parts if p is not None and p.rows]
+        buffered = pa.concat_tables(tables, promote_options="default") if tables else None
+        released_rows = pending_rows = 0
+        pending_path = None
+        if buffered is not None and buffered.num_rows:
+            ready = _below(buffered, min_time)
+            out = buffered.filter(ready).sort_by([("ts", "ascending"), ("front", "ascending")])
+            rest = buffered.filter(pc.invert(ready))
+            if rest.num_rows:
+                pending_path = posixpath.join(root, "pending", f"{batch_id:012d}.arrow")
+                fs.makedirs(posixpath.dirname(pending_path), exist_ok=True)
+                _write_arrow(fs, pending_path, rest)
+            released_rows, pending_rows = out.num_rows, rest.num_rows
+            if out.num_rows:
+                release(batch_id, out)
+        fs.makedirs(posixpath.dirname(marker), exist_ok=True)
+        record = {
+            "batch": batch_id,
+            "minTime": list(min_time),
+            "released": released_rows,
+            "pending": pending_rows,
+            "pendingPath": pending_path,
+        }
+        _write_bytes(fs, marker, json.dumps(record).encode())
+        self._collect(fs, root, batch_id)
+        return CommitOutcome(batch_id, min_time, released_rows, pending_rows, False)
+
+    def pending_rows(self) -> int:
+        """Rows buffered after the newest committed batch."""
+        fs, root = self._fs()
+        newest = self._previous_marker(fs, root, None)
+        return int(newest["pending"]) if newest else 0
+
+    def _previous_marker(self, fs: Any, root: str, before: int | None) -> dict[str, Any] | None:
+        folder = posixpath.join(root, "commits")
+        if not fs.exists(folder):
+            return None
+        batches = sorted(
+            int(posixpath.basename(p).split(".")[0])
+            for p in fs.ls(folder, detail=False)
+            if p.endswith(".json")
+        )
+        earlier = [b for b in batches if before is None or b < before]
+        if not earlier:
+            return None
+        data: dict[str, Any] = json.loads(
+            fs.cat_file(posixpath.join(folder, f"{earlier[-1]:012d}.json"))
+        )
+        return data
+
+    def _collect(self, fs: Any, root: str, batch_id: int) -> None:
+        """Delete staging and pending files no commit can need any more."""
+        for kind in ("staging", "pending"):
+            folder = posixpath.join(root, kind)
+            if not fs.exists(folder):
+                continue
+            for path in fs.ls(folder, detail=False):
+                name = posixpath.basename(path).split(".")[0]
+                if name.isdigit() and int(name) < batch_id - KEEP_BATCHES:
+                    fs.rm(path, recursive=True)
+
+
+def _below(table: pa.Table, min_time: GlobalTime) -> pa.Array:
+    """Rows whose global time (ts, front) is below ``min_time``."""
+    if min_time == END_OF_TIME:
+        return pa.array([True] * table.num_rows)
+    ts, front = table.column("ts"), table.column("front")
+    earlier = pc.less(ts, min_time.ts)
+    same_ts = pc.and_(pc.equal(ts, min_time.ts), pc.less(front, min_time.front))
+    return pc.or_(earlier, same_ts)
+
+
+def _write_arrow(fs: Any, path: str, table: pa.Table) -> None:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    _write_bytes(fs, path, sink.getvalue().to_pybytes())
+
+
+def _read_arrow(fs: Any, path: str) -> pa.Table:
+    return pa.ipc.open_file(pa.BufferReader(fs.cat_file(path))).read_all()
+
+
+def _write_bytes(fs: Any, path: str, data: bytes) -> None:
+    """Write ``path`` all at once, through a temporary name and a rename.
+
+    Where the file system renames atomically, a crash never leaves half a marker or output.
+    """
+    temporary = path + ".tmp"
+    with fs.open(temporary, "wb") as out:
+        out.write(data)
+    fs.mv(temporary, path)

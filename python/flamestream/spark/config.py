@@ -1,0 +1,124 @@
+"""Typed, validated options: Spark's string options are parsed once, at query start.
+
+Every error names the step (``front files``, ``sink kafka`` …), the option, the bad value and
+what is allowed, and is raised on the driver before any batch runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
+
+from flamestream.errors import ConfigError
+
+T = TypeVar("T")
+
+
+class OptionReader:
+    """Reads options case-insensitively (Spark lower-cases them) and tracks which were used.
+
+    >>> reader = OptionReader("front generator", {"rowsPerSecond": "10"})
+    >>> reader.integer("rowsPerSecond", default=1, minimum=1)
+    10
+    >>> reader.finish()
+    """
+
+    #: Options Spark itself sets or reads; never reported as unknown.
+    SPARK_OWNED = frozenset({"path", "checkpointlocation", "queryname"})
+
+    def __init__(self, step: str, options: Mapping[str, str]) -> None:
+        self.step = step
+        self._options = {key.lower(): value for key, value in options.items()}
+        self._names = {key.lower(): key for key in options}
+        self._used: set[str] = set()
+        self._known: list[str] = []
+
+    def raw(self, name: str) -> str | None:
+        """The option's string value, or None."""
+        self._known.append(name)
+        self._used.add(name.lower())
+        return self._options.get(name.lower())
+
+    def string(self, name: str, default: str | None = None, *, required: bool = False) -> str:
+        """A string option."""
+        value = self.raw(name)
+        if value is None or value == "":
+            if required or default is None:
+                raise ConfigError(self.step, name, None, "a non-empty string (required)")
+            return default
+        return value
+
+    def optional_string(self, name: str) -> str | None:
+        """A string option that may be absent."""
+        value = self.raw(name)
+        return value if value else None
+
+    def integer(self, name: str, default: int | None = None, *, minimum: int | None = None) -> int:
+        """An integer option, at least ``minimum``."""
+        value = self.raw(name)
+        allowed = "an integer" + (f" >= {minimum}" if minimum is not None else "")
+        if value is None:
+            if default is None:
+                raise ConfigError(self.step, name, None, allowed + " (required)")
+            return default
+        try:
+            number = int(value.strip())
+        except ValueError:
+            raise ConfigError(self.step, name, value, allowed) from None
+        if minimum is not None and number < minimum:
+            raise ConfigError(self.step, name, value, allowed)
+        return number
+
+    def optional_integer(self, name: str, *, minimum: int | None = None) -> int | None:
+        """An integer option that may be absent."""
+        if self._options.get(name.lower()) is None:
+            self.raw(name)
+            return None
+        return self.integer(name, minimum=minimum)
+
+    def number(self, name: str, default: float, *, minimum: float = 0.0) -> float:
+        """A float option, at least ``minimum``."""
+        value = self.raw(name)
+        if value is None:
+            return default
+        try:
+            number = float(value)
+        except ValueError:
+            raise ConfigError(self.step, name, value, f"a number >= {minimum}") from None
+        if number < minimum or number != number:  # NaN
+            raise ConfigError(self.step, name, value, f"a number >= {minimum}")
+        return number
+
+    def boolean(self, name: str, default: bool) -> bool:
+        """A true/false option."""
+        value = self.raw(name)
+        if value is None:
+            return default
+        lowered = value.strip().lower()
+        if lowered not in ("true", "false"):
+            raise ConfigError(self.step, name, value, "true or false")
+        return lowered == "true"
+
+    def choice(self, name: str, allowed: Iterable[T], default: T) -> T:
+        """One of ``allowed`` (compared case-insensitively as strings)."""
+        options = list(allowed)
+        value = self.raw(name)
+        if value is None:
+            return default
+        for option in options:
+            if str(option).lower() == value.strip().lower():
+                return option
+        raise ConfigError(self.step, name, value, "one of " + ", ".join(map(str, options)))
+
+    def finish(self, *, also_allowed: Iterable[str] = ()) -> None:
+        """Reject every option that was never read (a typo, or an option of another step)."""
+        extra = {name.lower() for name in also_allowed}
+        for key in self._options:
+            if key not in self._used and key not in self.SPARK_OWNED and key not in extra:
+                known = sorted({*self._known, *also_allowed})
+                raise ConfigError(
+                    self.step,
+                    self._names[key],
+                    self._options[key],
+                    "no such option; known options: " + ", ".join(known),
+                )

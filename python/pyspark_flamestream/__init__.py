@@ -1,0 +1,100 @@
+"""flamestream's Spark connectors: ``format("flamestream")`` fronts and barrier sinks.
+
+PySpark finds this module by itself (installed top-level modules named ``pyspark_*`` that
+expose ``DefaultSource`` are registered in every session), so no ``register()`` call is
+needed; ``spark.dataSource.register(FlameStreamDataSource)`` works too.
+
+Reading picks a front with ``.option("front", "files" | "generator" | "kafka")``; writing
+picks a sink with ``.option("sink", "files" | "kafka")``. Options are validated when the
+query is defined or started, before any batch runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, DataSourceStreamWriter
+from pyspark.sql.types import StructType
+
+from flamestream.spark.config import OptionReader
+from flamestream.spark.front import META_FIELDS, FrontReader, FrontSource
+from flamestream.spark.sink import BarrierWriter, SinkOutput
+
+
+def _front_kinds() -> dict[str, Callable[[OptionReader], FrontSource]]:
+    from pyspark_flamestream.fronts.files import FilesSource
+    from pyspark_flamestream.fronts.generator import GeneratorSource
+
+    kinds: dict[str, Callable[[OptionReader], FrontSource]] = {
+        "files": FilesSource,
+        "generator": GeneratorSource,
+    }
+    return kinds
+
+
+def _sink_kinds() -> dict[str, Callable[[OptionReader], SinkOutput]]:
+    from pyspark_flamestream.sinks.files import FilesOutput
+
+    return {"files": FilesOutput}
+
+
+class FlameStreamDataSource(DataSource):
+    """``format("flamestream")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name."""
+        return "flamestream"
+
+    def __init__(self, options: Any) -> None:
+        super().__init__(options)
+        self._front: tuple[FrontSource, OptionReader] | None = None
+
+    def _front_source(self) -> tuple[FrontSource, OptionReader]:
+        if self._front is None:
+            kinds = _front_kinds()
+            probe = OptionReader("front", self.options)
+            kind = probe.choice("front", sorted(kinds), "")
+            if not kind:
+                probe.string("front", required=True)
+            options = OptionReader(f"front {kind}", self.options)
+            options.raw("front")
+            source = kinds[kind](options)
+            reader_options = ("frontIdBase", "maxRecordsPerTrigger")
+            options.finish(also_allowed=reader_options)
+            self._front = (source, options)
+        return self._front
+
+    def schema(self) -> StructType:
+        """Meta columns (ts, front, source, position), then the front's payload columns."""
+        source, _ = self._front_source()
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        return from_arrow_schema(pa.schema(META_FIELDS + source.payload_fields()))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """The front's reader."""
+        source, options = self._front_source()
+        return FrontReader(source, options)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """A barrier sink writing to the chosen destination."""
+        kinds = _sink_kinds()
+        probe = OptionReader("sink", self.options)
+        kind = probe.choice("sink", sorted(kinds), "")
+        if not kind:
+            probe.string("sink", required=True)
+        options = OptionReader(f"sink {kind}", self.options)
+        options.raw("sink")
+        output = kinds[kind](options)
+        writer = BarrierWriter(output, options, schema)
+        options.finish()
+        return writer
+
+
+#: What PySpark's automatic lookup registers.
+DefaultSource = FlameStreamDataSource
+
+__all__ = ["DefaultSource", "FlameStreamDataSource"]

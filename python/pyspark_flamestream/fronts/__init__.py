@@ -1,0 +1,1 @@
+"""Fronts: one module per kind of source (files, kafka, generator)."""

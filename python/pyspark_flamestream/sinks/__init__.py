@@ -1,0 +1,1 @@
+"""Barrier sinks: one module per kind of destination (files, kafka)."""
