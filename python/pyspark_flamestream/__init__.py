@@ -18,7 +18,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, DataSourc
 from pyspark.sql.types import StructType
 
 from flamestream.spark.config import OptionReader
-from flamestream.spark.front import META_FIELDS, FrontReader, FrontSource
+from flamestream.spark.front import META_FIELDS, FrontReader, FrontSource, ReaderConfig
 from flamestream.spark.sink import BarrierWriter, SinkOutput
 
 
@@ -49,9 +49,9 @@ class FlameStreamDataSource(DataSource):
 
     def __init__(self, options: Any) -> None:
         super().__init__(options)
-        self._front: tuple[FrontSource, OptionReader] | None = None
+        self._front: tuple[FrontSource, ReaderConfig] | None = None
 
-    def _front_source(self) -> tuple[FrontSource, OptionReader]:
+    def _front_source(self) -> tuple[FrontSource, ReaderConfig]:
         if self._front is None:
             kinds = _front_kinds()
             probe = OptionReader("front", self.options)
@@ -61,9 +61,9 @@ class FlameStreamDataSource(DataSource):
             options = OptionReader(f"front {kind}", self.options)
             options.raw("front")
             source = kinds[kind](options)
-            reader_options = ("frontIdBase", "maxRecordsPerTrigger")
-            options.finish(also_allowed=reader_options)
-            self._front = (source, options)
+            config = ReaderConfig.parse(options)
+            options.finish()
+            self._front = (source, config)
         return self._front
 
     def schema(self) -> StructType:
@@ -76,8 +76,8 @@ class FlameStreamDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """The front's reader."""
-        source, options = self._front_source()
-        return FrontReader(source, options)
+        source, config = self._front_source()
+        return FrontReader(source, config)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """A barrier sink writing to the chosen destination."""

@@ -6,6 +6,7 @@ what is allowed, and is raised on the driver before any batch runs.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
@@ -116,9 +117,12 @@ class OptionReader:
         for key in self._options:
             if key not in self._used and key not in self.SPARK_OWNED and key not in extra:
                 known = sorted({*self._known, *also_allowed})
+                by_lower = {name.lower(): name for name in known}
+                close = difflib.get_close_matches(key, list(by_lower), n=1)
+                guess = f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
                 raise ConfigError(
                     self.step,
                     self._names[key],
                     self._options[key],
-                    "no such option; known options: " + ", ".join(known),
+                    f"no such option{guess}; known options: " + ", ".join(known),
                 )

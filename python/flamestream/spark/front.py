@@ -35,6 +35,7 @@ from pyspark.sql.streaming.datasource import (
 from flamestream.errors import ConfigError
 from flamestream.model import MAX_FRONT
 from flamestream.spark.config import OptionReader
+from flamestream.spark.faults import crash_point
 
 #: Version of the offset format; bumped on any incompatible change.
 OFFSET_VERSION = 1
@@ -163,16 +164,37 @@ class FrontSource:
         """Release driver-side clients."""
 
 
+@dataclass(frozen=True)
+class ReaderConfig:
+    """The options every front has, parsed once when the query is defined."""
+
+    id_base: int = 0
+    max_records: int | None = None
+    clock: str = "wall"
+
+    @classmethod
+    def parse(cls, options: OptionReader) -> ReaderConfig:
+        """Read ``frontIdBase``, ``maxRecordsPerTrigger`` and ``clock``."""
+        id_base = options.integer("frontIdBase", 0, minimum=0)
+        if id_base > MAX_FRONT:
+            raise ConfigError(options.step, "frontIdBase", id_base, f"<= {MAX_FRONT}")
+        return cls(
+            id_base=id_base,
+            max_records=options.optional_integer("maxRecordsPerTrigger", minimum=1),
+            clock=options.choice("clock", ["wall", "logical"], "wall"),
+        )
+
+
 class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The stream reader of every flamestream front."""
 
-    def __init__(self, source: FrontSource, options: OptionReader) -> None:
+    def __init__(self, source: FrontSource, config: ReaderConfig) -> None:
         self.source = source
-        self.id_base = options.integer("frontIdBase", 0, minimum=0)
-        if self.id_base > MAX_FRONT:
-            raise ConfigError(options.step, "frontIdBase", self.id_base, f"<= {MAX_FRONT}")
-        self.max_records = options.optional_integer("maxRecordsPerTrigger", minimum=1)
+        self.id_base = config.id_base
+        self.max_records = config.max_records
+        self.clock = config.clock
         self._target: dict[str, int] | None = None  # AvailableNow's end, driver side only
+        self._planned = 0  # batches planned by this process (for crash points)
 
     # --- planning (driver-side Python process) -----------------------------------------
 
@@ -212,7 +234,9 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         longest = max((ends[k] - starts[k] for k in ends), default=0)
         if longest == 0 and len(fronts) == len(begin.fronts):
             return start  # nothing new: no batch
-        base = max(time.time_ns() // 1000, begin.horizon)
+        # wall: ts follow the planning clock in µs; logical: ts depend on the input alone
+        now = time.time_ns() // 1000 if self.clock == "wall" else 0
+        base = max(now, begin.horizon)
         end = FrontOffset(
             self.source.kind,
             self.id_base,
@@ -221,6 +245,8 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             tuple(FrontState(f.key, f.front, ends[f.key]) for f in fronts),
             begin.extra,
         )
+        crash_point("front.plan", self._planned)
+        self._planned += 1
         return end.to_json()
 
     def _assign_ids(self, begin: FrontOffset, available: Mapping[str, int]) -> list[FrontState]:
@@ -287,7 +313,9 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The range's records as Arrow batches, stamped with their global times."""
         part: FrontRange = partition.value
         schema = pa.schema(META_FIELDS + self.source.payload_fields())
+        batch_id = batch_id_of_task()
         for batch in self.source.read_range(part):
+            crash_point("front.read", batch_id)
             if batch.num_rows == 0:
                 continue
             position = batch.column("position")
@@ -302,6 +330,16 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             yield pa.RecordBatch.from_arrays(columns, schema=schema)
 
     def __getstate__(self) -> dict[str, Any]:
+        """Executors get the options and the connector, not driver-side planning state."""
         state = dict(self.__dict__)
         state["_target"] = None
         return state
+
+
+def batch_id_of_task() -> int:
+    """The micro-batch a task belongs to (-1 outside streaming)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    value = context.getLocalProperty("streaming.sql.batchId") if context else None
+    return int(value) if value else -1

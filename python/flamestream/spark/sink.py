@@ -20,6 +20,8 @@ from pyspark.sql.types import StructType
 from flamestream.errors import ConfigError
 from flamestream.spark.barrier import BarrierStore, StagedPart, read_min_time
 from flamestream.spark.config import OptionReader
+from flamestream.spark.faults import crash_point
+from flamestream.spark.front import batch_id_of_task
 
 #: Columns a barrier sink needs: the global time of every row.
 REQUIRED_COLUMNS = ("ts", "front")
@@ -64,16 +66,25 @@ class BarrierWriter(DataSourceStreamArrowWriter):
         """Stage this task's rows durably (executors)."""
         context = TaskContext.get()
         assert context is not None  # write() runs in a task  # noqa: S101
-        batch_id = int(context.getLocalProperty("streaming.sql.batchId") or -1)
+        batch_id = batch_id_of_task()
         batches = list(iterator)
         table = pa.Table.from_batches(batches) if batches else pa.table({})
-        return StagedMessage(self.store.stage(batch_id, context.partitionId(), table))
+        message = StagedMessage(self.store.stage(batch_id, context.partitionId(), table))
+        crash_point("sink.write", batch_id)
+        return message
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Merge the staged rows and release what the min-time allows (driver host)."""
+        crash_point("sink.commit.start", batchId)
         parts = [m.part for m in messages if isinstance(m, StagedMessage)]
         min_time = read_min_time(self.checkpoint, batchId)
-        self.store.commit(batchId, parts, min_time, self.output.release)
+
+        def release(batch_id: int, rows: pa.Table) -> None:
+            self.output.release(batch_id, rows)
+            crash_point("sink.commit.released", batch_id)
+
+        self.store.commit(batchId, parts, min_time, release)
+        crash_point("sink.commit.marked", batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing to undo: staged parts are overwritten when the batch runs again."""

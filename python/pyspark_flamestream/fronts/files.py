@@ -78,7 +78,7 @@ class FilesSource(FrontSource):
         while end > floor:
             start = max(floor, end - BLOCK)
             chunk = fs.cat_file(name, start=start, end=end)
-            cut = chunk.rfind(b"\n")
+            cut: int = chunk.rfind(b"\n")
             if cut >= 0:
                 return start + cut + 1
             end = start

@@ -1,0 +1,36 @@
+"""Crash points for the crash tests: kill the whole query, abruptly, at a named place.
+
+Set ``FLAMESTREAM_CRASH_AT=<point>:<batch id>`` in a query's environment and the process
+that reaches that point in that batch sends SIGKILL to its process group: the driver, the
+JVM and every Python worker die at once, as in a machine crash. Unset (always, outside
+tests), a crash point costs one dictionary lookup.
+
+Points: ``front.plan`` (an end offset was computed, before Spark logs it), ``front.read``
+(a read task has produced part of its range), ``sink.write`` (a write task staged its rows),
+``sink.commit.start``, ``sink.commit.released`` (output written, marker not yet),
+``sink.commit.marked`` (marker written, Spark's commit log not yet).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+#: The environment variable naming the crash point.
+ENV = "FLAMESTREAM_CRASH_AT"
+
+POINTS = (
+    "front.plan",
+    "front.read",
+    "sink.write",
+    "sink.commit.start",
+    "sink.commit.released",
+    "sink.commit.marked",
+)
+
+
+def crash_point(point: str, batch_id: int) -> None:
+    """Die here if the environment asks for it (see the module docstring)."""
+    wanted = os.environ.get(ENV)
+    if wanted and wanted == f"{point}:{batch_id}":
+        os.killpg(os.getpgid(0), signal.SIGKILL)
