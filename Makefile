@@ -23,8 +23,8 @@ $(STAMP): setup.cfg pyproject.toml
 
 setup: $(STAMP)  ## create .venv and install flamestream with its dev tools (idempotent)
 
-run: setup  ## set up, then run the main job (streaming word count, see README)
-	$(PY) -m flamestream.examples.wordcount
+run: setup  ## set up, then run the main job (a streaming query on local Spark, see README)
+	$(PY) -m flamestream.examples.stream_files
 
 lint: setup  ## ruff (lint + format check) and mypy
 	$(PY) -m ruff check python tests benchmarks

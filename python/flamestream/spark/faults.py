@@ -1,9 +1,11 @@
 """Crash points for the crash tests: kill the whole query, abruptly, at a named place.
 
 Set ``FLAMESTREAM_CRASH_AT=<point>:<batch id>`` in a query's environment and the process
-that reaches that point in that batch sends SIGKILL to its process group: the driver, the
-JVM and every Python worker die at once, as in a machine crash. Unset (always, outside
-tests), a crash point costs one dictionary lookup.
+that reaches that point in that batch sends SIGKILL to the query's process group (named by
+``FLAMESTREAM_CRASH_GROUP``, which the driver sets with :func:`arm`) and to its own (PySpark's
+worker daemon has a group of its own): the driver, the JVM and every Python worker die at
+once, as in a machine crash. Unset (always, outside tests), a crash point costs one
+dictionary lookup.
 
 Points: ``front.plan`` (an end offset was computed, before Spark logs it), ``front.read``
 (a read task has produced part of its range), ``sink.write`` (a write task staged its rows),
@@ -18,6 +20,8 @@ import signal
 
 #: The environment variable naming the crash point.
 ENV = "FLAMESTREAM_CRASH_AT"
+#: The environment variable naming the process group to kill.
+GROUP_ENV = "FLAMESTREAM_CRASH_GROUP"
 
 POINTS = (
     "front.plan",
@@ -29,8 +33,16 @@ POINTS = (
 )
 
 
+def arm() -> None:
+    """Call in the driver before Spark starts: crashes then kill this process's group."""
+    os.environ[GROUP_ENV] = str(os.getpgid(0))
+
+
 def crash_point(point: str, batch_id: int) -> None:
     """Die here if the environment asks for it (see the module docstring)."""
     wanted = os.environ.get(ENV)
     if wanted and wanted == f"{point}:{batch_id}":
+        group = os.environ.get(GROUP_ENV)
+        if group:
+            os.killpg(int(group), signal.SIGKILL)
         os.killpg(os.getpgid(0), signal.SIGKILL)
