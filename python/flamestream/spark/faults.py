@@ -7,7 +7,9 @@ worker daemon has a group of its own): the driver, the JVM and every Python work
 once, as in a machine crash. Unset (always, outside tests), a crash point costs one
 dictionary lookup.
 
-Points: ``front.plan`` (an end offset was computed, before Spark logs it), ``front.read``
+Points (the batch is Spark's batch id, except for ``front.plan``: the source's own batch
+sequence number, equal to it when the query has one source): ``front.plan`` (an end offset was
+computed, before Spark logs it), ``front.read``
 (a read task has produced part of its range), ``sink.write`` (a write task staged its rows),
 ``sink.commit.start``, ``sink.commit.released`` (output written, marker not yet),
 ``sink.commit.marked`` (marker written, Spark's commit log not yet).

@@ -69,12 +69,15 @@ class FrontOffset:
     horizon: int
     fronts: tuple[FrontState, ...]
     extra: tuple[tuple[str, Any], ...] = ()
+    #: How many batches this source has planned before this one (-1: none yet).
+    seq: int = -1
 
     def to_json(self) -> dict[str, Any]:
         """A dict with a stable key order (Spark compares and logs it verbatim)."""
         return {
             "flamestream": OFFSET_VERSION,
             "front": self.kind,
+            "seq": self.seq,
             "idBase": self.id_base,
             "base": self.base,
             "horizon": self.horizon,
@@ -88,7 +91,7 @@ class FrontOffset:
         if data.get("flamestream") != OFFSET_VERSION:
             msg = f"not a flamestream v{OFFSET_VERSION} offset: {dict(data)!r}"
             raise ValueError(msg)
-        known = {"flamestream", "front", "idBase", "base", "horizon", "fronts"}
+        known = {"flamestream", "front", "seq", "idBase", "base", "horizon", "fronts"}
         return cls(
             kind=str(data["front"]),
             id_base=int(data["idBase"]),
@@ -96,6 +99,7 @@ class FrontOffset:
             horizon=int(data["horizon"]),
             fronts=tuple(FrontState(str(k), int(f), int(p)) for k, f, p in data["fronts"]),
             extra=tuple((k, v) for k, v in data.items() if k not in known),
+            seq=int(data["seq"]),
         )
 
     def positions(self) -> dict[str, int]:
@@ -194,7 +198,6 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_records = config.max_records
         self.clock = config.clock
         self._target: dict[str, int] | None = None  # AvailableNow's end, driver side only
-        self._planned = 0  # batches planned by this process (for crash points)
 
     # --- planning (driver-side Python process) -----------------------------------------
 
@@ -244,9 +247,9 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             base + longest,
             tuple(FrontState(f.key, f.front, ends[f.key]) for f in fronts),
             begin.extra,
+            begin.seq + 1,
         )
-        crash_point("front.plan", self._planned)
-        self._planned += 1
+        crash_point("front.plan", end.seq)
         return end.to_json()
 
     def _assign_ids(self, begin: FrontOffset, available: Mapping[str, int]) -> list[FrontState]:
