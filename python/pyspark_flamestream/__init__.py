@@ -35,8 +35,9 @@ def _front_kinds() -> dict[str, Callable[[OptionReader], FrontSource]]:
 
 def _sink_kinds() -> dict[str, Callable[[OptionReader], SinkOutput]]:
     from pyspark_flamestream.sinks.files import FilesOutput
+    from pyspark_flamestream.sinks.kafka import KafkaOutput
 
-    return {"files": FilesOutput}
+    return {"files": FilesOutput, "kafka": KafkaOutput}
 
 
 class FlameStreamDataSource(DataSource):
