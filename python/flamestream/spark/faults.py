@@ -24,6 +24,10 @@ import signal
 ENV = "FLAMESTREAM_CRASH_AT"
 #: The environment variable naming the process group to kill.
 GROUP_ENV = "FLAMESTREAM_CRASH_GROUP"
+#: Set to ``executor`` to kill only the executor JVM running the task (cluster modes).
+SCOPE_ENV = "FLAMESTREAM_CRASH_SCOPE"
+#: A file path: crash only if it does not exist yet, and create it (so a retry succeeds).
+ONCE_ENV = "FLAMESTREAM_CRASH_ONCE"
 
 POINTS = (
     "front.plan",
@@ -44,7 +48,23 @@ def crash_point(point: str, batch_id: int) -> None:
     """Die here if the environment asks for it (see the module docstring)."""
     wanted = os.environ.get(ENV)
     if wanted and wanted == f"{point}:{batch_id}":
+        once = os.environ.get(ONCE_ENV)
+        if once:
+            try:
+                os.close(os.open(once, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                return
+        if os.environ.get(SCOPE_ENV) == "executor":
+            # a Python worker's parent is PySpark's worker daemon, whose parent is the executor
+            os.kill(_parent_of(os.getppid()), signal.SIGKILL)
+            return
         group = os.environ.get(GROUP_ENV)
         if group:
             os.killpg(int(group), signal.SIGKILL)
         os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+def _parent_of(pid: int) -> int:
+    """The parent process id of ``pid`` (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[1])
