@@ -12,7 +12,8 @@ sequence number, equal to it when the query has one source): ``front.plan`` (an 
 computed, before Spark logs it), ``front.read``
 (a read task has produced part of its range), ``sink.write`` (a write task staged its rows),
 ``sink.commit.start``, ``sink.commit.released`` (output written, marker not yet),
-``sink.commit.marked`` (marker written, Spark's commit log not yet).
+``sink.commit.marked`` (marker written, Spark's commit log not yet); and in the kafka sink,
+``sink.kafka.in_transaction`` (records sent in the batch's transaction, not committed).
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from flamestream.errors import ConfigError
 from flamestream.spark.config import OptionReader
+from flamestream.spark.faults import crash_point
 from flamestream.spark.sink import SinkOutput
 
 #: How long broker calls may take before the sink gives up (ms).
@@ -108,6 +109,8 @@ class KafkaOutput(SinkOutput):
                     value=_encode(value),
                     headers=headers,
                 )
+            producer.flush()
+            crash_point("sink.kafka.in_transaction", batch_id)  # records sent, not committed
             marker = kafka.structs.OffsetAndMetadata(batch_id + 1, f"batch {batch_id}", -1)
             producer.send_offsets_to_transaction({marker_partition: marker}, self.marker_group)
             producer.commit_transaction()
