@@ -25,10 +25,12 @@ from flamestream.spark.sink import BarrierWriter, SinkOutput
 def _front_kinds() -> dict[str, Callable[[OptionReader], FrontSource]]:
     from pyspark_flamestream.fronts.files import FilesSource
     from pyspark_flamestream.fronts.generator import GeneratorSource
+    from pyspark_flamestream.fronts.kafka import KafkaSource
 
     kinds: dict[str, Callable[[OptionReader], FrontSource]] = {
         "files": FilesSource,
         "generator": GeneratorSource,
+        "kafka": KafkaSource,
     }
     return kinds
 

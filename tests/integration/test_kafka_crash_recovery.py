@@ -1,0 +1,97 @@
+"""kafka -> kafka: kill the query at named points, restart it, compare with an unbroken run.
+
+What a read_committed consumer sees in the output topic (one partition, so the release order
+is visible) must equal, record for record and header for header, what an uninterrupted run
+produced: nothing lost, nothing twice, aborted transactions invisible.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+import warnings
+from pathlib import Path
+
+import pytest
+
+from flamestream.spark.faults import ENV
+from flamestream.testing_kafka import KafkaBroker
+
+from .test_kafka_sink import committed_records
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka import KafkaProducer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CHAINS = [
+    ["front.read:0", "sink.kafka.in_transaction:1", "sink.commit.released:2"],
+    ["sink.kafka.in_transaction:0", "sink.commit.marked:1", "front.plan:2"],
+    ["sink.write:0", "sink.commit.start:1", "sink.kafka.in_transaction:2"],
+]
+
+
+@pytest.fixture(scope="module")
+def source_topic(kafka_broker: KafkaBroker) -> str:
+    name = f"crash-in-{uuid.uuid4().hex}"
+    kafka_broker.create_topic(name, partitions=3)
+    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap_servers)
+    for i in range(30):
+        producer.send(name, key=f"k{i % 4}".encode(), value=f"v{i:02d}".encode(), partition=i % 3)
+    producer.flush()
+    producer.close()
+    return name
+
+
+def run(broker: KafkaBroker, source: str, target: str, work: Path, crash: str | None) -> int:
+    env = {k: v for k, v in os.environ.items() if k != ENV}
+    env["PYSPARK_PYTHON"] = sys.executable
+    env["PYSPARK_SUBMIT_ARGS"] = (
+        "--driver-java-options '-XX:TieredStopAtLevel=1 -XX:+UseSerialGC' pyspark-shell"
+    )
+    if crash:
+        env[ENV] = crash
+    args = [broker.bootstrap_servers, source, target, str(work / "ck")]
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.integration.kafka_crash_job", *args],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+        capture_output=True,
+        timeout=300,
+        check=False,
+    )
+    if done.returncode not in (0, -signal.SIGKILL):
+        raise AssertionError(done.stderr.decode()[-3000:])
+    return done.returncode
+
+
+def fresh_output(broker: KafkaBroker) -> str:
+    name = f"crash-out-{uuid.uuid4().hex}"
+    broker.create_topic(name, partitions=1)
+    return name
+
+
+@pytest.fixture(scope="module")
+def unbroken(kafka_broker: KafkaBroker, source_topic: str, tmp_path_factory) -> list:
+    target = fresh_output(kafka_broker)
+    assert run(kafka_broker, source_topic, target, tmp_path_factory.mktemp("ok"), None) == 0
+    records = committed_records(kafka_broker, target)
+    assert sorted(v for _, v, _ in records) == [f"v{i:02d}".encode() for i in range(30)]
+    return records
+
+
+@pytest.mark.parametrize("chain", CHAINS, ids=["+".join(c) for c in CHAINS])
+def test_killed_kafka_query_recovers_to_exactly_the_unbroken_output(
+    chain, kafka_broker, source_topic, unbroken, tmp_path
+):
+    target = fresh_output(kafka_broker)
+    for crash in chain:
+        code = run(kafka_broker, source_topic, target, tmp_path, crash)
+        assert code == -signal.SIGKILL, f"{crash} was never reached"
+    assert run(kafka_broker, source_topic, target, tmp_path, None) == 0
+    assert committed_records(kafka_broker, target) == unbroken
