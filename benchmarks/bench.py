@@ -7,6 +7,13 @@ out-of-order arrival (replay and invalidation). The Spark runtime's comparisons 
 PySpark join this harness as they are built.
 
     python -m benchmarks.bench [--lines N] [--repeat R] [--fronts F]
+
+The Spark passthrough comparison (flamestream files front -> files sink against Spark's
+built-in file source -> file sink, one SparkSession, same input) is its own module, as it
+needs Spark and takes minutes; it prints one JSON object in the same style:
+
+    python -m benchmarks.spark_passthrough [--lines N] [--files F] [--repeat R]
+        [--format json|parquet]
 """
 
 from __future__ import annotations

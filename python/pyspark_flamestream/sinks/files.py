@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import posixpath
+import struct
 from typing import Any
 
 import fsspec
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from flamestream.spark.config import OptionReader
@@ -41,16 +43,87 @@ class FilesOutput(SinkOutput):
             if self.format == "parquet":
                 pq.write_table(rows, out)
             else:
-                out.write(_json_lines(rows))
+                _write_json_lines(out, rows)
         fs.mv(temporary, target)
 
 
-def _json_lines(rows: pa.Table) -> bytes:
-    def plain(value: Any) -> Any:
-        return value.hex() if isinstance(value, bytes) else value
+#: Rows rendered at a time when writing JSON lines (bounds the memory a release needs).
+JSON_SLICE = 1 << 16
 
+#: Strings ``json.dumps`` copies verbatim between quotes: printable ASCII except ``"`` and ``\``.
+_VERBATIM = r"^[ !#-\[\]-~]*$"
+
+#: The bytes of such strings: a buffer without any other byte needs no escaping at all.
+_VERBATIM_BYTES = bytes(b for b in range(0x20, 0x7F) if b not in b'"\\')
+
+_TEXT = pa.large_string()
+
+
+def _write_json_lines(out: Any, rows: pa.Table) -> None:
+    """Write ``rows`` as JSON lines, byte for byte what :func:`_json_lines` gives.
+
+    Columns are rendered to JSON text with Arrow kernels (integers, booleans, strings that
+    need no escaping) and joined into lines per slice; other values go through ``json.dumps``
+    one column at a time. Tables without rows, without columns or with duplicate column
+    names keep the row-by-row path.
+    """
+    names = rows.column_names
+    if not names or len(set(names)) != len(names) or not rows.num_rows:
+        out.write(_json_lines(rows))
+        return
+    heads = [
+        pa.scalar(("{" if i == 0 else ",") + json.dumps(n) + ":", _TEXT)
+        for i, n in enumerate(names)
+    ]
+    tail, glue = pa.scalar("}\n", _TEXT), pa.scalar("", _TEXT)
+    for start in range(0, rows.num_rows, JSON_SLICE):
+        part = rows.slice(start, JSON_SLICE).combine_chunks()
+        pieces: list[Any] = []
+        for head, column in zip(heads, part.columns, strict=True):
+            pieces += [head, _json_values(column.combine_chunks())]
+        lines = pc.binary_join_element_wise(*pieces, tail, glue)
+        out.write(memoryview(_text_buffer(lines)))  # no copy of the lines
+
+
+def _json_values(column: pa.Array) -> pa.Array:
+    """Every value of ``column`` as the JSON text ``json.dumps`` gives it; no nulls."""
+    kind = column.type
+    if pa.types.is_integer(kind) or pa.types.is_boolean(kind):
+        text = pc.cast(column, _TEXT)
+    elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        column = column.cast(_TEXT)
+        quote = pa.scalar('"', _TEXT)
+        text = pc.binary_join_element_wise(quote, column, quote, pa.scalar("", _TEXT))
+        if _text_buffer(column).to_pybytes().translate(None, _VERBATIM_BYTES):  # to escape
+            escape = pc.invert(pc.fill_null(pc.match_substring_regex(column, _VERBATIM), True))
+            escaped = [json.dumps(v) for v in column.filter(escape).to_pylist()]
+            text = pc.replace_with_mask(text, escape, pa.array(escaped, _TEXT))
+    else:
+        dumps = json.dumps
+        text = pa.array(
+            [dumps(_plain(v), separators=(",", ":")) for v in column.to_pylist()], _TEXT
+        )
+    return pc.fill_null(text, pa.scalar("null", _TEXT))
+
+
+def _text_buffer(text: pa.Array) -> pa.Buffer:
+    """The UTF-8 bytes of a large_string array's values, back to back (not copied)."""
+    _, offsets, data = text.buffers()
+    if offsets is None or data is None:
+        return pa.py_buffer(b"")
+    (first,) = struct.unpack_from("<q", offsets, 8 * text.offset)  # int64 offsets
+    (last,) = struct.unpack_from("<q", offsets, 8 * (text.offset + len(text)))
+    return data.slice(first, last - first)
+
+
+def _plain(value: Any) -> Any:
+    return value.hex() if isinstance(value, bytes) else value
+
+
+def _json_lines(rows: pa.Table) -> bytes:
+    """JSON lines, row by row: the reference for :func:`_write_json_lines`."""
     lines = (
-        json.dumps({k: plain(v) for k, v in row.items()}, separators=(",", ":"))
+        json.dumps({k: _plain(v) for k, v in row.items()}, separators=(",", ":"))
         for row in rows.to_pylist()
     )
     return ("\n".join(lines) + "\n").encode()

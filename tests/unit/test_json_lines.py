@@ -1,0 +1,46 @@
+"""The fast JSON-lines writer of the files sink is byte-for-byte the plain one."""
+
+from __future__ import annotations
+
+import io
+
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pyspark_flamestream.sinks.files import _json_lines, _write_json_lines
+
+texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=12)
+rows = st.integers(0, 40)
+
+
+@st.composite
+def tables(draw):
+    n = draw(rows)
+    columns = {
+        "ts": pa.array(draw(st.lists(st.integers(-(2**62), 2**62), min_size=n, max_size=n))),
+        "front": pa.array(
+            draw(st.lists(st.integers(0, 2**31 - 2), min_size=n, max_size=n)), pa.int32()
+        ),
+        "value": pa.array(draw(st.lists(st.none() | texts, min_size=n, max_size=n)), pa.string()),
+        "flag": pa.array(draw(st.lists(st.none() | st.booleans(), min_size=n, max_size=n))),
+        "raw": pa.array(draw(st.lists(st.none() | st.binary(max_size=6), min_size=n, max_size=n))),
+        "ratio": pa.array(draw(st.lists(st.floats(allow_nan=False), min_size=n, max_size=n))),
+    }
+    keep = draw(st.lists(st.sampled_from(sorted(columns)), min_size=1, unique=True))
+    return pa.table({name: columns[name] for name in keep})
+
+
+@settings(max_examples=150, deadline=None)
+@given(tables())
+def test_fast_writer_equals_the_row_by_row_writer(table):
+    out = io.BytesIO()
+    _write_json_lines(out, table)
+    assert out.getvalue() == _json_lines(table)
+
+
+def test_strings_that_need_escaping():
+    table = pa.table({"value": ["plain", 'quote " here', "back\\slash", "tab\there", "é ü 😀", ""]})
+    out = io.BytesIO()
+    _write_json_lines(out, table)
+    assert out.getvalue() == _json_lines(table)
