@@ -11,7 +11,7 @@ query is defined or started, before any batch runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, DataSourceStreamWriter
@@ -57,17 +57,22 @@ class FlameStreamDataSource(DataSource):
     def _front_source(self) -> tuple[FrontSource, ReaderConfig]:
         if self._front is None:
             kinds = _front_kinds()
-            probe = OptionReader("front", self.options)
-            kind = probe.choice("front", sorted(kinds), "")
-            if not kind:
-                probe.string("front", required=True)
-            options = OptionReader(f"front {kind}", self.options)
-            options.raw("front")
+            options, kind = self._step_options("front", kinds)
             source = kinds[kind](options)
             config = ReaderConfig.parse(options)
             options.finish()
             self._front = (source, config)
         return self._front
+
+    def _step_options(self, role: str, kinds: Mapping[str, object]) -> tuple[OptionReader, str]:
+        """Which kind of front or sink the ``role`` option names, and a reader for the rest."""
+        probe = OptionReader(role, self.options)
+        kind = probe.choice(role, sorted(kinds), "")
+        if not kind:
+            probe.string(role, required=True)  # raises: the option is missing
+        options = OptionReader(f"{role} {kind}", self.options)
+        options.raw(role)  # consumed here, so finish() does not call it unknown
+        return options, kind
 
     def schema(self) -> StructType:
         """Meta columns (ts, front, source, position), then the front's payload columns."""
@@ -85,12 +90,7 @@ class FlameStreamDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """A barrier sink writing to the chosen destination."""
         kinds = _sink_kinds()
-        probe = OptionReader("sink", self.options)
-        kind = probe.choice("sink", sorted(kinds), "")
-        if not kind:
-            probe.string("sink", required=True)
-        options = OptionReader(f"sink {kind}", self.options)
-        options.raw("sink")
+        options, kind = self._step_options("sink", kinds)
         output = kinds[kind](options)
         writer = BarrierWriter(output, options, schema)
         options.finish()
