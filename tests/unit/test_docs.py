@@ -1,4 +1,8 @@
-"""The code in the README runs and prints what the README says it prints."""
+"""The code in the README runs and prints what the README says it prints.
+
+Blocks fenced ```python are executed; blocks fenced ```py are illustrations that need a Spark
+session and real paths (the Spark tests cover what they show).
+"""
 
 import contextlib
 import io
