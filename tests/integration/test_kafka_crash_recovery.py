@@ -7,26 +7,22 @@ produced: nothing lost, nothing twice, aborted transactions invisible.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import uuid
 import warnings
 from pathlib import Path
 
 import pytest
 
-from flamestream.spark.faults import ENV
 from flamestream.testing_kafka import KafkaBroker
 
+from ..crash import run_child
 from .test_kafka_sink import committed_records
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka import KafkaProducer
 
-ROOT = Path(__file__).resolve().parents[2]
 
 CHAINS = [
     ["front.read:0", "sink.kafka.in_transaction:1", "sink.commit.released:2"],
@@ -48,26 +44,8 @@ def source_topic(kafka_broker: KafkaBroker) -> str:
 
 
 def run(broker: KafkaBroker, source: str, target: str, work: Path, crash: str | None) -> int:
-    env = {k: v for k, v in os.environ.items() if k != ENV}
-    env["PYSPARK_PYTHON"] = sys.executable
-    env["PYSPARK_SUBMIT_ARGS"] = (
-        "--driver-java-options '-XX:TieredStopAtLevel=1 -XX:+UseSerialGC' pyspark-shell"
-    )
-    if crash:
-        env[ENV] = crash
     args = [broker.bootstrap_servers, source, target, str(work / "ck")]
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.integration.kafka_crash_job", *args],
-        cwd=ROOT,
-        env=env,
-        start_new_session=True,
-        capture_output=True,
-        timeout=300,
-        check=False,
-    )
-    if done.returncode not in (0, -signal.SIGKILL):
-        raise AssertionError(done.stderr.decode()[-3000:])
-    return done.returncode
+    return run_child("tests.integration.kafka_crash_job", args, crash)
 
 
 def fresh_output(broker: KafkaBroker) -> str:

@@ -9,19 +9,16 @@ byte-identical to those of a run that was never interrupted: nothing lost, nothi
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from flamestream.spark.faults import ENV, POINTS
+from flamestream.spark.faults import POINTS
 
+from ..crash import run_child
 from .conftest import write_lines
 
-ROOT = Path(__file__).resolve().parents[2]
 BATCHES = 3
 
 
@@ -32,27 +29,8 @@ def make_input(folder: Path) -> None:
 
 
 def run_job(work: Path, crash_at: str | None = None) -> int:
-    env = {k: v for k, v in os.environ.items() if k != ENV}
-    env["PYSPARK_PYTHON"] = sys.executable
-    # short-lived driver JVMs: C1 only and the serial collector start about 20% faster
-    env["PYSPARK_SUBMIT_ARGS"] = (
-        "--driver-java-options '-XX:TieredStopAtLevel=1 -XX:+UseSerialGC' pyspark-shell"
-    )
-    if crash_at:
-        env[ENV] = crash_at
     args = [str(work / d) for d in ("in", "out", "ck")]
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.spark.crash_job", *args],
-        cwd=ROOT,
-        env=env,
-        start_new_session=True,  # the crash kills this group, never the test runner
-        capture_output=True,
-        timeout=300,
-        check=False,
-    )
-    if done.returncode not in (0, -signal.SIGKILL):
-        raise AssertionError(done.stderr.decode()[-3000:])
-    return done.returncode
+    return run_child("tests.spark.crash_job", args, crash_at)
 
 
 def outputs(work: Path) -> dict[str, bytes]:

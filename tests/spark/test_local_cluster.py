@@ -9,7 +9,8 @@ from pathlib import Path
 
 from flamestream.spark import faults
 
-from .test_crash_recovery import ROOT, make_input, outputs, run_job
+from ..crash import ROOT
+from .test_crash_recovery import make_input, outputs, run_job
 
 
 def test_an_executor_killed_mid_batch_costs_nothing(tmp_path: Path):
