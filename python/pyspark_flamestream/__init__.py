@@ -94,6 +94,7 @@ class FlameStreamDataSource(DataSource):
         output = kinds[kind](options)
         writer = BarrierWriter(output, options, schema)
         options.finish()
+        output.check()  # connectivity last: a typo in an option is reported without a probe
         return writer
 
 

@@ -104,7 +104,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 def test_unknown_topic_and_unreachable_broker_fail_at_start(kafka_broker):
     with pytest.raises(ConfigError, match=r"option 'topic' = 'no-such-topic'.*existing topic"):
-        output(kafka_broker, "no-such-topic")
+        output(kafka_broker, "no-such-topic").check()
     options = {"kafka.bootstrap.servers": "127.0.0.1:1", "topic": "t", "checkpointLocation": "c"}
     with pytest.raises(ConfigError, match=r"'kafka.bootstrap.servers' = '127.0.0.1:1'"):
-        KafkaOutput(OptionReader("sink kafka", options))
+        KafkaOutput(OptionReader("sink kafka", options)).check()

@@ -1,13 +1,14 @@
 """A files -> files flamestream query run as a child process by the crash tests.
 
-    python -m tests.spark.crash_job <input dir> <output dir> <checkpoint dir> [<master>]
+    python -m tests.spark.crash_job <input dir> <output dir> <checkpoint dir> [<master>] [<release>]
 
 With a master such as ``local-cluster[2,1,1024]``, executors are separate JVMs; the
 ``FLAMESTREAM_CRASH_*`` variables of this process are then handed to them as executor
 environment, so a crash point can kill one executor (see flamestream.spark.faults).
 
 Runs with Trigger.AvailableNow and maxRecordsPerTrigger, so the same input always makes the
-same batches; ``clock=logical`` makes the global times depend on the input alone.
+same batches; ``clock=logical`` makes the global times depend on the input alone. ``release``
+is the sink's release mode (``commit`` or ``tasks``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from flamestream.spark import faults
 RECORDS_PER_BATCH = 10
 
 
-def main(source: str, out: str, checkpoint: str, master: str = "local[2]") -> None:
+def main(
+    source: str, out: str, checkpoint: str, master: str = "local[2]", release: str = "commit"
+) -> None:
     faults.arm()  # a crash point anywhere kills this driver's whole process group
     builder = (
         SparkSession.builder.master(master)
@@ -49,6 +52,7 @@ def main(source: str, out: str, checkpoint: str, master: str = "local[2]") -> No
         df.writeStream.format("flamestream")
         .option("sink", "files")
         .option("path", out)
+        .option("release", release)
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
         .start()
@@ -58,4 +62,4 @@ def main(source: str, out: str, checkpoint: str, master: str = "local[2]") -> No
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:6])

@@ -66,6 +66,16 @@ def test_bad_dead_letter_configuration(spark: SparkSession, tmp_path: Path):
         ({"sink": "files"}, r"sink files: option 'path' = \(missing\)"),
         ({"sink": "files", "path": "x", "format": "csv"}, r"'format' = 'csv'.*json, parquet"),
         ({"sink": "files", "path": "x", "compresion": "gzip"}, r"(?i)'compresion'.*no such option"),
+        ({"sink": "files", "path": "x", "release": "now"}, r"'release' = 'now'.*commit, tasks"),
+        (
+            {
+                "sink": "kafka",
+                "kafka.bootstrap.servers": "127.0.0.1:1",
+                "topic": "t",
+                "release": "tasks",
+            },
+            r"sink kafka: option 'release' = 'tasks'.*commit",
+        ),
     ],
 )
 def test_bad_sink_options_fail_at_start(spark: SparkSession, tmp_path: Path, options, pattern):

@@ -9,6 +9,7 @@ byte-identical to those of a run that was never interrupted: nothing lost, nothi
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 
@@ -28,8 +29,8 @@ def make_input(folder: Path) -> None:
     write_lines(folder / "c.txt", [f"c{i:02d}" for i in range(6)], tail="no-newline-yet")
 
 
-def run_job(work: Path, crash_at: str | None = None) -> int:
-    args = [str(work / d) for d in ("in", "out", "ck")]
+def run_job(work: Path, crash_at: str | None = None, release: str = "commit") -> int:
+    args = [str(work / d) for d in ("in", "out", "ck")] + ["local[2]", release]
     return run_child("tests.spark.crash_job", args, crash_at)
 
 
@@ -78,3 +79,49 @@ def test_killed_query_recovers_to_exactly_the_unbroken_output(
         assert run_job(tmp_path, crash) == -signal.SIGKILL, f"{crash} was never reached"
     assert run_job(tmp_path) == 0
     assert outputs(tmp_path) == unbroken
+
+
+# release=tasks: write tasks release their rows and the commit publishes them; the crashes hit a
+# task after writing its part, the commit after publishing, and a replay of a batch whose
+# commit was already marked (its tasks' new parts must be discarded).
+TASK_RELEASE_CASES = [
+    ["sink.write:0", "sink.commit.released:1"],
+    ["sink.commit.marked:0", "sink.commit.start:2"],
+]
+
+
+@pytest.fixture(scope="module")
+def unbroken_task_release(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    work = tmp_path_factory.mktemp("unbroken-tasks")
+    make_input(work / "in")
+    assert run_job(work, release="tasks") == 0
+    return outputs(work)
+
+
+def rows_in_time_order(files: dict[str, bytes]) -> list[dict[str, object]]:
+    rows = [json.loads(line) for data in files.values() for line in data.splitlines()]
+    return sorted(rows, key=lambda r: (r["ts"], r["front"]))
+
+
+def test_task_release_releases_the_same_rows_each_part_sorted(
+    unbroken: dict[str, bytes], unbroken_task_release: dict[str, bytes]
+):
+    assert rows_in_time_order(unbroken_task_release) == rows_in_time_order(unbroken)
+    assert all(name.count("-") == 2 for name in unbroken_task_release)  # part-<batch>-<task>
+    for data in unbroken_task_release.values():
+        rows = [json.loads(line) for line in data.splitlines()]
+        assert rows == sorted(rows, key=lambda r: (r["ts"], r["front"]))
+
+
+@pytest.mark.parametrize(
+    "crashes", TASK_RELEASE_CASES, ids=["+".join(c) for c in TASK_RELEASE_CASES]
+)
+def test_killed_task_release_query_recovers_to_exactly_the_unbroken_output(
+    crashes: list[str], unbroken_task_release: dict[str, bytes], tmp_path: Path
+):
+    make_input(tmp_path / "in")
+    for crash in crashes:
+        assert run_job(tmp_path, crash, "tasks") == -signal.SIGKILL, f"{crash} was never reached"
+    assert run_job(tmp_path, release="tasks") == 0
+    assert outputs(tmp_path) == unbroken_task_release
+    assert not list((tmp_path / "out").glob(".*")), "unpublished parts left behind"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 from pathlib import Path
 
 import pytest
@@ -26,8 +28,9 @@ def test_explicit_registration_works_too(spark: SparkSession, tmp_path: Path):
     assert [r["value"] for r in released(tmp_path / "out")] == ["x", "y"]
 
 
+@pytest.mark.parametrize("release", ["commit", "tasks"])
 def test_every_complete_line_is_released_once_in_global_time_order(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, release: str
 ):
     inputs = {
         "a.txt": [f"a{i}" for i in range(9)],
@@ -40,14 +43,26 @@ def test_every_complete_line_is_released_once_in_global_time_order(
         files_front(spark, tmp_path / "in", maxRecordsPerTrigger=5),
         tmp_path / "out",
         tmp_path / "ck",
+        release=release,
     )
     rows = released(tmp_path / "out")
     values = [r["value"] for r in rows]
     assert sorted(values) == sorted(v for lines in inputs.values() for v in lines)
     assert len(values) == len(set(values))  # nothing twice, and the partial lines wait
     times = [(r["ts"], r["front"]) for r in rows]
-    assert times == sorted(times)
     assert len(set(times)) == len(times)
+    if release == "commit":
+        assert times == sorted(times)
+    else:  # each task's part is sorted, and every batch's times come after the previous one's
+        by_batch: dict[str, list[tuple[int, int]]] = {}
+        for part in sorted((tmp_path / "out").glob("part-*.jsonl")):
+            part_times = [(r["ts"], r["front"]) for r in map(json.loads, part.read_text().split())]
+            assert part_times == sorted(part_times)
+            by_batch.setdefault(part.name.split("-")[1], []).extend(part_times)
+        spans = [(min(t), max(t)) for _, t in sorted(by_batch.items())]
+        assert all(a[1] < b[0] for a, b in itertools.pairwise(spans))
+        assert len(spans) > 1
+        assert not list((tmp_path / "out").glob(".*")), "unpublished parts left behind"
     # read limits: no batch over 5 records, and every batch after the first planned its own base
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert max(sizes) <= 5

@@ -112,9 +112,16 @@ class BarrierStore:
         batch_id: int,
         parts: Sequence[StagedPart | None],
         min_time: GlobalTime,
-        release: Callable[[int, pa.Table], None],
+        release: Callable[[int, pa.Table | None], None],
+        *,
+        released_in_tasks: int = 0,
     ) -> CommitOutcome:
-        """Merge staged rows into the buffer and release what is below ``min_time``."""
+        """Merge staged rows into the buffer and release what is below ``min_time``.
+
+        ``release`` is called once, with the rows to release (None if there are none), unless
+        the batch was marked done before; ``released_in_tasks`` rows were released by the
+        write tasks themselves (they count in the marker).
+        """
         fs, root = self._fs()
         marker = posixpath.join(root, "commits", f"{batch_id:012d}.json")
         if fs.exists(marker):
@@ -130,8 +137,9 @@ class BarrierStore:
         buffered = pa.concat_tables(tables, promote_options="default") if tables else None
         released_rows = pending_rows = 0
         pending_path = None
+        out = None
         if buffered is not None and buffered.num_rows:
-            ready = _below(buffered, min_time)
+            ready = below(buffered, min_time)
             out = buffered.filter(ready).sort_by([("ts", "ascending"), ("front", "ascending")])
             rest = buffered.filter(pc.invert(ready))
             if rest.num_rows:
@@ -139,8 +147,8 @@ class BarrierStore:
                 fs.makedirs(posixpath.dirname(pending_path), exist_ok=True)
                 _write_arrow(fs, pending_path, rest)
             released_rows, pending_rows = out.num_rows, rest.num_rows
-            if out.num_rows:
-                release(batch_id, out)
+        release(batch_id, out if out is not None and out.num_rows else None)
+        released_rows += released_in_tasks
         fs.makedirs(posixpath.dirname(marker), exist_ok=True)
         record = {
             "batch": batch_id,
@@ -188,10 +196,10 @@ class BarrierStore:
                     fs.rm(path, recursive=True)
 
 
-def _below(table: pa.Table, min_time: GlobalTime) -> pa.Array:
+def below(table: pa.Table, min_time: GlobalTime) -> pa.Array:
     """Rows whose global time (ts, front) is below ``min_time``."""
     if min_time == END_OF_TIME:
-        return pa.array([True] * table.num_rows)
+        return pa.repeat(True, table.num_rows)
     ts, front = table.column("ts"), table.column("front")
     earlier = pc.less(ts, min_time.ts)
     same_ts = pc.and_(pc.equal(ts, min_time.ts), pc.less(front, min_time.front))

@@ -1,10 +1,22 @@
 """The generic barrier sink: stage on executors, release once per batch on the driver.
 
 Delivery guarantee: **exactly once**. Every row a query's fronts admitted is released once,
-in global-time order within a batch's release, only when the min-time has passed it, even if
-the query is killed at any moment and restarted from its checkpoint: staged rows and the
-buffer are durable, a batch's commit is deterministic and marked done, and outputs are named
-by batch id so a repeated release overwrites instead of duplicating.
+only when the min-time has passed it, even if the query is killed at any moment and restarted
+from its checkpoint: staged rows and the buffer are durable, a batch's commit is deterministic
+and marked done, and outputs are named by batch id so a repeated release overwrites instead of
+duplicating.
+
+Two release modes (option ``release``):
+
+* ``commit`` (default): every row goes through the driver's commit, which releases the batch
+  as one output sorted by global time.
+* ``tasks``: a batch's min-time is in the offset log before its tasks run, so each write task
+  sorts the rows it may release and writes them as its own output part, in parallel; the
+  commit only publishes the parts of the successful task attempts (a rename) and releases the
+  rest (rows above the min-time, buffered earlier) as before. Each part is sorted by global
+  time, a batch's parts become visible together, and every row is released once; what is
+  given up is one total order over the batch. Outputs that cannot publish parts (Kafka's
+  per-batch transaction) support ``commit`` only.
 """
 
 from __future__ import annotations
@@ -13,12 +25,13 @@ from collections.abc import Iterator
 from typing import ClassVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from flamestream.errors import ConfigError
-from flamestream.spark.barrier import BarrierStore, StagedPart, read_min_time
+from flamestream.spark.barrier import BarrierStore, StagedPart, below, read_min_time
 from flamestream.spark.config import OptionReader
 from flamestream.spark.faults import crash_point
 from flamestream.spark.front import batch_id_of_task
@@ -32,16 +45,39 @@ class SinkOutput:
 
     kind: ClassVar[str]
 
+    #: Whether write tasks may release parts of a batch themselves (``release=tasks``).
+    supports_task_release: ClassVar[bool] = False
+
+    def check(self) -> None:
+        """Probe the destination at query start, after every option was validated."""
+
     def release(self, batch_id: int, rows: pa.Table) -> None:
         """Write ``rows`` (sorted by global time) as batch ``batch_id``'s output."""
         raise NotImplementedError
 
+    def write_part(self, batch_id: int, partition_id: int, rows: pa.Table) -> str:
+        """Write a task's part of batch ``batch_id`` where readers do not see it yet.
+
+        Returns what :meth:`publish` needs to make it visible. A retried task overwrites it.
+        """
+        raise NotImplementedError
+
+    def publish(self, batch_id: int, parts: list[str]) -> None:
+        """Make the written ``parts`` batch ``batch_id``'s released output (idempotent)."""
+        raise NotImplementedError
+
+    def discard(self, batch_id: int, parts: list[str]) -> None:
+        """Remove written ``parts`` of a batch whose commit was done before (a replay)."""
+        raise NotImplementedError
+
 
 class StagedMessage(WriterCommitMessage):
-    """A write task's commit message: its staged part."""
+    """A write task's commit message: its staged rows and, with ``release=tasks``, its part."""
 
-    def __init__(self, part: StagedPart) -> None:
+    def __init__(self, part: StagedPart | None, released: str | None = None, rows: int = 0):
         self.part = part
+        self.released = released  #: the task's unpublished output part, if it wrote one
+        self.released_rows = rows
 
 
 class BarrierWriter(DataSourceStreamArrowWriter):
@@ -57,6 +93,8 @@ class BarrierWriter(DataSourceStreamArrowWriter):
                 "rows with ts and front columns, as format('flamestream') fronts produce",
             )
         self.output = output
+        modes = ["commit", "tasks"] if output.supports_task_release else ["commit"]
+        self.release_in_tasks = options.choice("release", modes, "commit") == "tasks"
         self.checkpoint = options.string("checkpointLocation", required=True)
         self.store = BarrierStore(
             options.string("stateLocation", self.checkpoint.rstrip("/") + "/flamestream-sink")
@@ -67,23 +105,51 @@ class BarrierWriter(DataSourceStreamArrowWriter):
         context = TaskContext.get()
         assert context is not None  # write() runs in a task  # noqa: S101
         batch_id = batch_id_of_task()
+        partition_id = context.partitionId()
         batches = list(iterator)
         table = pa.Table.from_batches(batches) if batches else pa.table({})
-        message = StagedMessage(self.store.stage(batch_id, context.partitionId(), table))
+        if self.release_in_tasks and table.num_rows:
+            message = self._release_part(batch_id, partition_id, table)
+        else:
+            message = StagedMessage(self.store.stage(batch_id, partition_id, table))
         crash_point("sink.write", batch_id)
         return message
+
+    def _release_part(self, batch_id: int, partition_id: int, table: pa.Table) -> StagedMessage:
+        """Write the rows below the batch's min-time as this task's part; stage the rest."""
+        ready = below(table, read_min_time(self.checkpoint, batch_id))
+        out = table.filter(ready).sort_by([("ts", "ascending"), ("front", "ascending")])
+        rest = table.filter(pc.invert(ready))
+        part = self.store.stage(batch_id, partition_id, rest) if rest.num_rows else None
+        if not out.num_rows:
+            return StagedMessage(part)
+        written = self.output.write_part(batch_id, partition_id, out)
+        return StagedMessage(part, written, out.num_rows)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Merge the staged rows and release what the min-time allows (driver host)."""
         crash_point("sink.commit.start", batchId)
-        parts = [m.part for m in messages if isinstance(m, StagedMessage)]
+        staged = [m for m in messages if isinstance(m, StagedMessage)]
+        parts = [m.part for m in staged]
+        written = sorted(m.released for m in staged if m.released is not None)
         min_time = read_min_time(self.checkpoint, batchId)
 
-        def release(batch_id: int, rows: pa.Table) -> None:
-            self.output.release(batch_id, rows)
+        def release(batch_id: int, rows: pa.Table | None) -> None:
+            if rows is not None:
+                self.output.release(batch_id, rows)
+            if self.release_in_tasks:
+                self.output.publish(batch_id, written)
             crash_point("sink.commit.released", batch_id)
 
-        self.store.commit(batchId, parts, min_time, release)
+        outcome = self.store.commit(
+            batchId,
+            parts,
+            min_time,
+            release,
+            released_in_tasks=sum(m.released_rows for m in staged),
+        )
+        if outcome.skipped and written:
+            self.output.discard(batchId, written)
         crash_point("sink.commit.marked", batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

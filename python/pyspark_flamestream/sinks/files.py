@@ -1,10 +1,15 @@
-"""The ``files`` sink: released rows as JSON lines or Parquet files, one file per batch.
+"""The ``files`` sink: released rows as JSON lines or Parquet files, named by batch id.
 
-Files are named ``part-<batch id>.jsonl`` (or ``.parquet``) under ``path``, written through a
-temporary name: a replayed batch overwrites its own file, so readers never see a duplicate.
+With ``release=commit`` (default) a batch is one file, ``part-<batch id>.jsonl`` (or
+``.parquet``), sorted by global time. With ``release=tasks`` each write task writes its own
+sorted part, ``part-<batch id>-<partition>.jsonl``, under a hidden name (``.`` prefix, which
+Spark and most readers skip) that the batch's commit renames; the commit also removes parts of
+that batch that an earlier attempt left and this one did not write. Either way files are
+written through a temporary name and a replayed batch overwrites its own files, so readers
+never see a duplicate.
 
-Options: ``path`` (required), ``format`` (``json`` or ``parquet``), plus the common sink
-options (``checkpointLocation``, ``stateLocation``).
+Options: ``path`` (required), ``format`` (``json`` or ``parquet``), ``release`` (``commit``
+or ``tasks``), plus the common sink options (``checkpointLocation``, ``stateLocation``).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyspark import TaskContext
 
 from flamestream.spark.config import OptionReader
 from flamestream.spark.sink import SinkOutput
@@ -27,24 +33,68 @@ class FilesOutput(SinkOutput):
     """JSON lines or Parquet files named by batch id."""
 
     kind = "files"
+    supports_task_release = True
 
     def __init__(self, options: OptionReader) -> None:
         self.path = options.string("path", required=True).rstrip("/")
         self.format = options.choice("format", ["json", "parquet"], "json")
+        self.suffix = "jsonl" if self.format == "json" else "parquet"
 
     def release(self, batch_id: int, rows: pa.Table) -> None:
         """Write the batch's file atomically."""
         fs, root = fsspec.core.url_to_fs(self.path)
         fs.makedirs(root, exist_ok=True)
-        suffix = "jsonl" if self.format == "json" else "parquet"
-        target = posixpath.join(root, f"part-{batch_id:012d}.{suffix}")
-        temporary = posixpath.join(root, f".part-{batch_id:012d}.{suffix}.tmp")
-        with fs.open(temporary, "wb") as out:
+        target = posixpath.join(root, f"part-{batch_id:012d}.{self.suffix}")
+        temporary = posixpath.join(root, f".part-{batch_id:012d}.{self.suffix}.tmp")
+        self._write(fs, temporary, rows)
+        fs.mv(temporary, target)
+
+    def write_part(self, batch_id: int, partition_id: int, rows: pa.Table) -> str:
+        """Write a task's part under a hidden name; the commit publishes it."""
+        fs, root = fsspec.core.url_to_fs(self.path)
+        fs.makedirs(root, exist_ok=True)
+        name = f"part-{batch_id:012d}-{partition_id:05d}.{self.suffix}"
+        context = TaskContext.get()
+        attempt = context.taskAttemptId() if context is not None else 0
+        # Each attempt writes its own file first, so concurrent attempts never interleave.
+        own = posixpath.join(root, f".{name}.{attempt}.tmp")
+        self._write(fs, own, rows)
+        fs.mv(own, posixpath.join(root, f".{name}.tmp"))
+        return name
+
+    def discard(self, batch_id: int, parts: list[str]) -> None:
+        """Remove parts a replayed batch wrote after its commit had already been done."""
+        fs, root = fsspec.core.url_to_fs(self.path)
+        for name in parts:
+            hidden = posixpath.join(root, f".{name}.tmp")
+            if fs.exists(hidden):
+                fs.rm(hidden)
+
+    def publish(self, batch_id: int, parts: list[str]) -> None:
+        """Rename the parts to their visible names; drop parts no attempt of ours wrote.
+
+        Run again after a crash, it finds the parts already renamed (a replayed batch's tasks
+        wrote them again under hidden names first, so both cases end in the same files).
+        """
+        fs, root = fsspec.core.url_to_fs(self.path)
+        fs.makedirs(root, exist_ok=True)
+        for name in parts:
+            hidden = posixpath.join(root, f".{name}.tmp")
+            if fs.exists(hidden):
+                fs.mv(hidden, posixpath.join(root, name))
+        keep = set(parts)
+        prefix = f"part-{batch_id:012d}-"
+        for path in fs.ls(root, detail=False):
+            name = posixpath.basename(path)
+            if name.startswith(prefix) and name not in keep:
+                fs.rm(path)
+
+    def _write(self, fs: Any, path: str, rows: pa.Table) -> None:
+        with fs.open(path, "wb") as out:
             if self.format == "parquet":
                 pq.write_table(rows, out)
             else:
                 _write_json_lines(out, rows)
-        fs.mv(temporary, target)
 
 
 #: Rows rendered at a time when writing JSON lines (bounds the memory a release needs).

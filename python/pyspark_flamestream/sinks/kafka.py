@@ -56,10 +56,11 @@ class KafkaOutput(SinkOutput):
         digest = hashlib.sha256(checkpoint.encode()).hexdigest()[:16]
         self.transactional_id = options.string("transactionalId", f"flamestream-{digest}")
         self.marker_group = f"{self.transactional_id}-released"
-        self._check(options.step)
+        self.step = options.step
 
-    def _check(self, step: str) -> None:
+    def check(self) -> None:
         """Fail at query start if the broker is unreachable or the topic does not exist."""
+        step = self.step
         kafka = _kafka()
         try:
             consumer = kafka.KafkaConsumer(
