@@ -157,6 +157,10 @@ class FrontSource:
         """Where a newly discovered source starts (earliest by default)."""
         return 0
 
+    def source_name(self, key: str) -> str:
+        """The ``source`` column's value for ``key``: with the position, the determinant."""
+        return key
+
     def read_range(self, part: FrontRange) -> Iterator[pa.RecordBatch]:
         """The records of ``part``: batches with an int64 ``position`` and the payload columns.
 
@@ -317,6 +321,8 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         part: FrontRange = partition.value
         schema = pa.schema(META_FIELDS + self.source.payload_fields())
         batch_id = batch_id_of_task()
+        front = pa.scalar(part.front, pa.int32())
+        source = pa.scalar(self.source.source_name(part.key), pa.string())
         for batch in self.source.read_range(part):
             crash_point("front.read", batch_id)
             if batch.num_rows == 0:
@@ -325,8 +331,8 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ts = pc.add(pc.subtract(position, part.start), part.base)
             columns = [
                 ts,
-                pa.array([part.front] * batch.num_rows, pa.int32()),
-                pa.array([part.key] * batch.num_rows, pa.string()),
+                pa.repeat(front, batch.num_rows),
+                pa.repeat(source, batch.num_rows),
                 position,
                 *(batch.column(field.name) for field in self.source.payload_fields()),
             ]

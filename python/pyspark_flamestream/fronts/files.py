@@ -2,8 +2,9 @@
 
 Each file matching ``pattern`` under ``path`` (any fsspec URL: local, ``memory://``, object
 stores) is a front. Only complete lines (ending in a newline) are admitted; a partial last
-line waits for its newline. A record's determinant is ``(file, byte offset of the line)``,
-which is also its ``position``.
+line waits for its newline. A record's determinant is ``(file, byte offset of the line)``:
+``source`` is the file's path relative to ``path`` (errors and dead letters name the full
+URL) and ``position`` the byte offset.
 
 Options: ``path`` (required), ``pattern`` (``*``), ``encoding`` (``utf-8``), ``onBadRecord``
 (``fail`` or ``deadLetter``), ``deadLetterPath`` (required with ``deadLetter``), plus the
@@ -52,6 +53,7 @@ class FilesSource(FrontSource):
         fs, root = self._fs()
         if not fs.isdir(root):
             raise ConfigError(options.step, "path", self.path, "an existing directory URL")
+        self._prefix = fs.unstrip_protocol(root).rstrip("/") + "/"
         self._fs_cache: Any = None
 
     def _fs(self) -> tuple[Any, str]:
@@ -61,6 +63,10 @@ class FilesSource(FrontSource):
     def payload_fields(self) -> list[pa.Field]:
         """The line, without its newline."""
         return [pa.field("value", pa.string())]
+
+    def source_name(self, key: str) -> str:
+        """The file's path under the front's directory."""
+        return key[len(self._prefix) :] if key.startswith(self._prefix) else key
 
     def discover(self, known: Mapping[str, int]) -> dict[str, int]:
         """Every matching file, up to its last complete line."""
