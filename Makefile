@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: help setup run test unit lint format bench clean
+.PHONY: help setup run test unit lint format bench bench-spark clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -39,6 +39,10 @@ unit: setup  ## only the fast unit tests (no Spark)
 
 bench: setup  ## run the benchmark harness, print JSON ratios
 	$(PY) -m benchmarks.bench
+
+bench-spark: setup  ## Spark benchmarks: files passthrough and Kafka front vs Spark's built-ins
+	$(PY) -m benchmarks.spark_passthrough
+	$(PY) -m benchmarks.spark_kafka
 
 format: setup  ## apply ruff's fixes and formatting
 	$(PY) -m ruff check --fix python tests benchmarks

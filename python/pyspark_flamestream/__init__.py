@@ -59,7 +59,7 @@ class FlameStreamDataSource(DataSource):
             kinds = _front_kinds()
             options, kind = self._step_options("front", kinds)
             source = kinds[kind](options)
-            config = ReaderConfig.parse(options)
+            config = ReaderConfig.parse(options, source.limit_alias)
             options.finish()
             self._front = (source, config)
         return self._front

@@ -179,8 +179,11 @@ def test_restart_releases_only_the_new_records(
     assert len(released(tmp_path / "out")) == 5 * PARTITIONS
 
     produce(kafka_broker, kafka_topic, records("new", 4, first=5))
-    df = kafka_front(spark, kafka_broker, kafka_topic, maxRecordsPerTrigger=5)
-    run_to_files(df, tmp_path / "out", tmp_path / "ck")
+    # maxOffsetsPerTrigger: the name Spark's own Kafka source gives the read limit
+    df = kafka_front(spark, kafka_broker, kafka_topic, maxOffsetsPerTrigger=5)
+    query = run_to_files(df, tmp_path / "out", tmp_path / "ck")
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert max(sizes) <= 5 < sum(sizes)
     rows = released(tmp_path / "out")
     sent = records("old", 5) + records("new", 4, first=5)
     assert sorted(decoded(rows)) == sorted(v.decode() for _, _, v in sent)
@@ -231,6 +234,10 @@ GOOD = {"kafka.bootstrap.servers": "{servers}", "subscribe": "{topic}"}
             # Spark lower-cases option names before flamestream sees them
             r"(?i)front kafka: option 'startingOffset' = 'latest'.*no such option "
             r"\(did you mean 'startingOffsets'\?\)",
+        ),
+        (
+            {**GOOD, "maxOffsetsPerTrigger": "5", "maxRecordsPerTrigger": "5"},
+            r"(?i)option 'maxOffsetsPerTrigger' = 5.*not both",
         ),
         (
             {**GOOD, "subscribe": "a,,b"},

@@ -133,6 +133,9 @@ class FrontSource:
     #: Name used in errors and in the offset (``files``, ``kafka``, ``generator``).
     kind: ClassVar[str]
 
+    #: Another name for ``maxRecordsPerTrigger``, as Spark's own connector of the kind calls it.
+    limit_alias: ClassVar[str | None] = None
+
     def payload_fields(self) -> list[pa.Field]:
         """The payload columns that follow the meta columns."""
         raise NotImplementedError
@@ -181,14 +184,29 @@ class ReaderConfig:
     clock: str = "wall"
 
     @classmethod
-    def parse(cls, options: OptionReader) -> ReaderConfig:
-        """Read ``frontIdBase``, ``maxRecordsPerTrigger`` and ``clock``."""
+    def parse(cls, options: OptionReader, limit_alias: str | None = None) -> ReaderConfig:
+        """Read ``frontIdBase``, ``maxRecordsPerTrigger`` (or ``limit_alias``) and ``clock``.
+
+        ``limit_alias`` is the name Spark's own connector gives the read limit (Kafka's
+        ``maxOffsetsPerTrigger``); either name may be used, not both.
+        """
         id_base = options.integer("frontIdBase", 0, minimum=0)
         if id_base > MAX_FRONT:
             raise ConfigError(options.step, "frontIdBase", id_base, f"<= {MAX_FRONT}")
+        max_records = options.optional_integer("maxRecordsPerTrigger", minimum=1)
+        if limit_alias is not None:
+            alias = options.optional_integer(limit_alias, minimum=1)
+            if alias is not None and max_records is not None:
+                raise ConfigError(
+                    options.step,
+                    limit_alias,
+                    alias,
+                    f"either {limit_alias} or maxRecordsPerTrigger, not both (they are one limit)",
+                )
+            max_records = alias if alias is not None else max_records
         return cls(
             id_base=id_base,
-            max_records=options.optional_integer("maxRecordsPerTrigger", minimum=1),
+            max_records=max_records,
             clock=options.choice("clock", ["wall", "logical"], "wall"),
         )
 

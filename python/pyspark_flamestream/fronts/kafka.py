@@ -68,6 +68,7 @@ class KafkaSource(FrontSource):
 
     kind = "kafka"
     step = "front kafka"
+    limit_alias = "maxOffsetsPerTrigger"
 
     def __init__(self, options: OptionReader) -> None:
         self.servers = options.string("kafka.bootstrap.servers", required=True)

@@ -1,0 +1,501 @@
+"""Spark Kafka benchmark: the flamestream kafka front vs Spark's built-in Kafka source.
+
+One real broker (:class:`flamestream.testing_kafka.KafkaBroker`), one topic of ``--partitions``
+partitions holding ``--records`` records, one SparkSession (``local[2]``). Both fronts read
+the whole topic with ``Trigger.AvailableNow`` into the same sink (``noop``), so the front is
+what differs; each case runs ``--warmup`` untimed times, then ``--repeat`` timed times,
+interleaved, each with a fresh checkpoint. One more untimed run per case counts the rows and
+sums crc32 of keys and values through ``foreachBatch``; both must see every record. Prints
+one JSON object: median and all wall seconds per case (start() to termination), rows/s,
+steady-state rows/s (rows over the batches' trigger execution time), phases, and the
+flamestream / built-in ratios::
+
+    python -m benchmarks.spark_kafka [--records N] [--partitions P] [--repeat R]
+        [--warmup W] [--record-bytes B] [--connector COORDINATES]
+
+Spark's Kafka source is not bundled with PySpark: ``spark.jars.packages`` pulls
+``org.apache.spark:spark-sql-kafka-0-10_<scala>:<pyspark version>`` from Maven Central (ivy
+caches it in ``~/.ivy2*``). When that release cannot be resolved there, the run falls back
+to :data:`FALLBACK_CONNECTOR` and says so in the JSON (``builtin_connector``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+import warnings
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks.spark_passthrough import line
+from flamestream.testing_kafka import KAFKA_VERSION, KafkaBroker
+
+with warnings.catch_warnings():
+    # kafka-python reads its protocol schemas with a deprecated importlib.resources API
+    warnings.filterwarnings(
+        "ignore", r"(read|open)_text is deprecated", category=DeprecationWarning
+    )
+    import kafka
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+#: Bytes of every record's key: ``index`` in ten digits.
+KEY_BYTES = 10
+
+#: Spark's Kafka connector artifact, without the Scala suffix and version.
+CONNECTOR_ARTIFACT = "org.apache.spark:spark-sql-kafka-0-10"
+
+#: Used when the connector matching the installed PySpark is not on Maven Central: the newest
+#: release there, with its token provider (whose own release is missing there) replaced by the
+#: newest one that is. Spark confs, applied as given.
+FALLBACK_CONNECTOR: dict[str, str] = {
+    "spark.jars.packages": "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0",
+    "spark.jars.excludes": "org.apache.spark:spark-token-provider-kafka-0-10_2.13",
+    "spark.jars": (
+        "https://repo1.maven.org/maven2/org/apache/spark/spark-token-provider-kafka-0-10_2.13/"
+        "4.0.0/spark-token-provider-kafka-0-10_2.13-4.0.0.jar"
+    ),
+}
+
+
+def key(index: int) -> bytes:
+    """Key of record ``index``: a pure function of ``index``, :data:`KEY_BYTES` bytes."""
+    return b"%010d" % index
+
+
+def value(index: int, size: int) -> bytes:
+    """Value of record ``index``: a pure function of ``index``, ``size`` bytes."""
+    text = line(index)
+    while len(text) < size:
+        text += " " + line(index + len(text))
+    return text[:size].encode()
+
+
+@dataclass(frozen=True)
+class Check:
+    """Rows a query read, and crc32 sums of their key and value bytes."""
+
+    rows: int
+    key_crc32_sum: int
+    value_crc32_sum: int
+
+
+def produce(
+    servers: str, topic: str, records: int, partitions: int, size: int
+) -> tuple[float, Check]:
+    """Send ``records`` records round robin over the partitions.
+
+    Returns the seconds until all were acknowledged, and what a reader of the whole topic
+    must see (count, crc32 sums of the keys and the values).
+    """
+    keys_crc = values_crc = 0
+    began = time.perf_counter()
+    producer = KafkaProducer(
+        bootstrap_servers=servers,
+        acks=1,
+        linger_ms=20,
+        batch_size=1 << 20,
+        max_request_size=8 << 20,
+        enable_idempotence=False,  # idempotence needs acks=all
+        metrics_enabled=False,
+    )
+    try:
+        for index in range(records):
+            k, v = key(index), value(index, size)
+            keys_crc += zlib.crc32(k)
+            values_crc += zlib.crc32(v)
+            producer.send(topic, value=v, key=k, partition=index % partitions)
+        producer.flush()
+    finally:
+        producer.close()
+    elapsed = time.perf_counter() - began
+    consumer = KafkaConsumer(bootstrap_servers=servers)
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        landed = sum(consumer.end_offsets(tps).values())
+    finally:
+        consumer.close()
+    if landed != records:
+        msg = f"produced {records} records but the topic's end offsets sum to {landed}"
+        raise RuntimeError(msg)
+    return elapsed, Check(records, keys_crc, values_crc)
+
+
+@dataclass
+class Run:
+    """One timed query."""
+
+    define: float  #: seconds to define the streaming DataFrame and its writer
+    seconds: float  #: wall seconds from start() to the query's termination
+    rows: int  #: input rows over all batches
+    batches: int  #: micro-batches that read rows
+    first_batch: float  #: seconds from start() to the first batch's trigger
+    add_batch: float  #: seconds the batches spent in addBatch (reading and writing)
+    trigger: float  #: seconds of the batches' triggerExecution (planning + addBatch + commit)
+    durations: dict[str, float] = field(default_factory=dict)  #: durationMs summed, in s
+
+
+def run_query(define: Callable[[Path], Any], checkpoint: Path, timeout: float) -> Run:
+    """Define a query, start it, wait for it to end, collect its progress."""
+    began = time.perf_counter()
+    writer = define(checkpoint)
+    defined, wall = time.perf_counter(), time.time()
+    query = writer.start()
+    query.awaitTermination(timeout)
+    elapsed = time.perf_counter() - defined
+    if query.isActive:
+        query.stop()
+        msg = f"query {query.name or query.id} did not finish within {timeout} s"
+        raise TimeoutError(msg)
+    if query.exception() is not None:
+        raise query.exception()
+    progress = [p for p in query.recentProgress if p["numInputRows"]]
+    first = min(
+        (datetime.fromisoformat(p["timestamp"]).timestamp() for p in progress), default=wall
+    )
+    durations: dict[str, float] = {}
+    for p in progress:
+        for name, ms in p["durationMs"].items():
+            durations[name] = durations.get(name, 0.0) + ms / 1000
+    return Run(
+        define=defined - began,
+        seconds=elapsed,
+        rows=sum(int(p["numInputRows"]) for p in progress),
+        batches=len(progress),
+        first_batch=first - wall,
+        add_batch=durations.get("addBatch", 0.0),
+        trigger=durations.get("triggerExecution", 0.0),
+        durations=durations,
+    )
+
+
+def scala_binary_version() -> str:
+    """The Scala binary version of PySpark's jars (``2.13``), from its scala-library jar."""
+    import pyspark
+
+    jars = Path(pyspark.__file__).parent / "jars"
+    for jar in sorted(jars.glob("scala-library-*.jar")):
+        match = re.fullmatch(r"scala-library-(\d+)\.(\d+)\.[\w.-]+\.jar", jar.name)
+        if match:
+            return f"{match.group(1)}.{match.group(2)}"
+    return "2.13"
+
+
+def start_spark(connector: dict[str, str]) -> Any:
+    """The benchmark's SparkSession, with the Kafka connector's confs."""
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .appName("flamestream-spark-kafka")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+    )
+    for name, setting in connector.items():
+        builder = builder.config(name, setting)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def start_spark_with_connector(
+    requested: str, fallback: bool
+) -> tuple[Any, dict[str, str], str | None]:
+    """A session with the requested connector, else (if allowed) with the fallback one.
+
+    Returns the session, the connector confs used, and why the fallback was taken (or None).
+    """
+    from pyspark.errors import PySparkRuntimeError
+
+    wanted = {"spark.jars.packages": requested}
+    try:
+        return start_spark(wanted), wanted, None
+    except PySparkRuntimeError as exc:  # ivy could not resolve it: the JVM exits at start
+        if not fallback:
+            raise
+        reason = (
+            f"{requested} could not be resolved from Maven Central (the JVM exited at start: "
+            f"{exc.getCondition()}); used the fallback connector instead"
+        )
+    print(f"spark_kafka: {reason}", file=sys.stderr)
+    return start_spark(FALLBACK_CONNECTOR), dict(FALLBACK_CONNECTOR), reason
+
+
+def crc32c_implementation() -> str:
+    """``c`` if kafka-python checks CRC32C with the ``crc32c`` extension, else ``python``."""
+    from kafka.record import util
+
+    return "c" if getattr(util, "crc32c_c", None) is not None else "python"
+
+
+def rounded(values: dict[str, float]) -> dict[str, float]:
+    """``values`` rounded to ms."""
+    return {name: round(seconds, 3) for name, seconds in sorted(values.items())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Start a broker, fill a topic, run both cases, check them, print JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs of each case first")
+    parser.add_argument("--record-bytes", type=int, default=60, help="bytes of each value")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per query")
+    parser.add_argument(
+        "--connector",
+        help="Maven coordinates of Spark's Kafka connector (default: "
+        f"{CONNECTOR_ARTIFACT}_<scala>:<pyspark version>)",
+    )
+    parser.add_argument(
+        "--no-fallback",
+        action="store_true",
+        help="fail if --connector cannot be resolved instead of using FALLBACK_CONNECTOR",
+    )
+    args = parser.parse_args(argv)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    import pyspark
+    from pyspark.sql import functions as F
+
+    requested = args.connector or (
+        f"{CONNECTOR_ARTIFACT}_{scala_binary_version()}:{pyspark.__version__}"
+    )
+    work = Path(tempfile.mkdtemp(prefix="flamestream-bench-kafka-"))
+    topic = f"bench-{uuid.uuid4().hex[:12]}"
+    broker = KafkaBroker()
+    spark = None
+    try:
+        broker.start()
+        servers = broker.bootstrap_servers
+        broker.create_topic(topic, partitions=args.partitions)
+        produce_seconds, expected = produce(
+            servers, topic, args.records, args.partitions, args.record_bytes
+        )
+
+        spark, connector, fallback_reason = start_spark_with_connector(
+            requested, not args.no_fallback
+        )
+        spark_version = spark.version
+
+        def flamestream() -> Any:
+            return (
+                spark.readStream.format("flamestream")
+                .option("front", "kafka")
+                .option("kafka.bootstrap.servers", servers)
+                .option("subscribe", topic)
+                .option("startingOffsets", "earliest")
+                .load()
+            )
+
+        def builtin() -> Any:
+            return (
+                spark.readStream.format("kafka")
+                .option("kafka.bootstrap.servers", servers)
+                .option("subscribe", topic)
+                .option("startingOffsets", "earliest")
+                .load()
+            )
+
+        def timed(source: Callable[[], Any]) -> Callable[[Path], Any]:
+            def define(checkpoint: Path) -> Any:
+                return (
+                    source()
+                    .writeStream.format("noop")
+                    .option("checkpointLocation", str(checkpoint))
+                    .trigger(availableNow=True)
+                )
+
+            return define
+
+        def checked(source: Callable[[], Any], checkpoint: Path) -> Check:
+            """Run ``source`` once more into foreachBatch, summing what each batch read."""
+            totals = [0, 0, 0]
+
+            def add(batch: Any, _batch_id: int) -> None:
+                row = batch.agg(
+                    F.count(F.lit(1)),
+                    F.sum(F.crc32(F.col("key"))),
+                    F.sum(F.crc32(F.col("value"))),
+                ).first()
+                for i in range(3):
+                    totals[i] += int(row[i] or 0)
+
+            def define(checkpoint: Path) -> Any:
+                return (
+                    source()
+                    .writeStream.foreachBatch(add)
+                    .option("checkpointLocation", str(checkpoint))
+                    .trigger(availableNow=True)
+                )
+
+            run_query(define, checkpoint, args.timeout)
+            return Check(*totals)
+
+        cases: dict[str, Callable[[], Any]] = {"flamestream": flamestream, "builtin": builtin}
+        runs: dict[str, list[Run]] = {case: [] for case in cases}
+        warmups: dict[str, list[Run]] = {case: [] for case in cases}
+        counter = 0
+        for attempt in range(args.warmup + args.repeat):
+            for case, source in cases.items():  # interleaved: drift hits both cases alike
+                counter += 1
+                checkpoint = work / f"ck-{counter}"
+                run = run_query(timed(source), checkpoint, args.timeout)
+                (warmups if attempt < args.warmup else runs)[case].append(run)
+                shutil.rmtree(checkpoint, ignore_errors=True)
+        checks: dict[str, Check] = {}
+        for case, source in cases.items():
+            counter += 1
+            checks[case] = checked(source, work / f"ck-{counter}")
+    finally:
+        if spark is not None:
+            spark.stop()
+        broker.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+    read_counts = {case: sorted({r.rows for r in done}) for case, done in runs.items()}
+    bad = {case: c for case, c in checks.items() if c != expected}
+    bad_counts = {case: n for case, n in read_counts.items() if n != [args.records]}
+    if bad or bad_counts:
+        report = {
+            "error": "a case did not read exactly the produced records "
+            "(count, crc32 sums of the keys and the values)",
+            "expected": expected.__dict__,
+            "checked": {case: c.__dict__ for case, c in checks.items()},
+            "timed_runs_rows": read_counts,
+        }
+        print(json.dumps(report, indent=2))
+        return 1
+
+    median = {case: statistics.median(r.seconds for r in done) for case, done in runs.items()}
+    rate = {case: args.records / seconds for case, seconds in median.items()}
+    steady = {
+        case: args.records / statistics.median(r.trigger for r in done)
+        for case, done in runs.items()
+    }
+    ratio = rate["flamestream"] / rate["builtin"]
+    steady_ratio = steady["flamestream"] / steady["builtin"]
+    target = 0.5
+    report = {
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "spark": spark_version,
+            "master": "local[2]",
+            "kafka_broker": KAFKA_VERSION,
+            "kafka_python": kafka.__version__,
+            "kafka_python_crc32c": crc32c_implementation(),
+        },
+        "builtin_connector": {
+            "requested": requested,
+            "used": connector,
+            "fallback_reason": fallback_reason,
+        },
+        "input": {
+            "records": args.records,
+            "partitions": args.partitions,
+            "key_bytes": KEY_BYTES,
+            "value_bytes": args.record_bytes,
+            "payload_bytes": args.records * (KEY_BYTES + args.record_bytes),
+        },
+        "production": {
+            "seconds": round(produce_seconds, 3),
+            "records_per_second": round(args.records / produce_seconds),
+        },
+        "seconds": {
+            case: {
+                "median": round(median[case], 3),
+                "runs": [round(r.seconds, 3) for r in runs[case]],
+                "warmup": [round(r.seconds, 3) for r in warmups[case]],
+            }
+            for case in cases
+        },
+        "rows_per_second": {case: round(r) for case, r in rate.items()},
+        "steady_rows_per_second": {case: round(r) for case, r in steady.items()},
+        "batches": {case: sorted({r.batches for r in done}) for case, done in runs.items()},
+        "phases_median_seconds": {
+            case: {
+                "define": round(statistics.median(r.define for r in done), 3),
+                "start_to_first_batch": round(statistics.median(r.first_batch for r in done), 3),
+                "add_batch": round(statistics.median(r.add_batch for r in done), 3),
+                "trigger_execution": round(statistics.median(r.trigger for r in done), 3),
+                "after_last_batch": round(
+                    statistics.median(r.seconds - r.first_batch - r.trigger for r in done), 3
+                ),
+            }
+            for case, done in runs.items()
+        },
+        "durations_last_run_seconds": {
+            case: rounded(done[-1].durations) for case, done in runs.items()
+        },
+        "check": {"expected": expected.__dict__, **{c: v.__dict__ for c, v in checks.items()}},
+        "ratios": {
+            "flamestream_vs_builtin_rows_per_second": round(ratio, 3),
+            "flamestream_vs_builtin_steady_rows_per_second": round(steady_ratio, 3),
+        },
+        "target": {
+            "flamestream_vs_builtin_rows_per_second": target,
+            "met": ratio >= target,
+            "steady_met": steady_ratio >= target,
+        },
+        "notes": [
+            "seconds: wall time from writeStream.start() to the query's termination "
+            "(Trigger.AvailableNow over the whole topic, no maxRecordsPerTrigger / "
+            "maxOffsetsPerTrigger, startingOffsets earliest, a fresh checkpoint per run); the "
+            "median of the timed runs, after untimed warm-up runs; cases run interleaved. "
+            "Both write to the noop sink, so the front is what differs. Defining the DataFrame "
+            "(load(): for flamestream a broker probe and the schema in a Python process) is "
+            "not included: see phases_median_seconds.define.",
+            "steady_rows_per_second: records / the triggerExecution time of the batches that "
+            "read rows (planning, addBatch, offset and commit log writes). It leaves out the "
+            "fixed cost of starting a query before its first trigger and of ending it, which "
+            "for a Python data source includes Spark's Python planner process (~1 s here).",
+            "phases_median_seconds: start_to_first_batch is start() to the first batch's "
+            "trigger timestamp; add_batch is Spark's addBatch summed over batches (the read "
+            "tasks and the noop write); trigger_execution the whole triggers; after_last_batch "
+            "what the wall time holds beyond those (query shutdown). "
+            "durations_last_run_seconds: every durationMs of the last timed run, summed over "
+            "its batches, in seconds.",
+            "flamestream: format('flamestream') front 'kafka' (kafka-python consumers, one "
+            "read task per topic-partition, records as Arrow batches with the global-time "
+            "columns ts, front, source, position and key, value, topic, partition, timestamp; "
+            "isolationLevel read_committed, its default).",
+            "builtin: format('kafka'), Spark's Kafka source (Java client, one task per "
+            "topic-partition, pooled consumers; kafka.isolation.level read_uncommitted, its "
+            "default; columns key, value, topic, partition, offset, timestamp, timestampType). "
+            "The producer is not transactional, so both isolation levels read the same "
+            "records.",
+            "check: one more untimed run per case into foreachBatch (count, sum of crc32(key), "
+            "sum of crc32(value) per batch); both must equal what was produced, else the "
+            "benchmark prints an error and exits 1. Every timed run must also report exactly "
+            "the produced number of input rows.",
+            "production: kafka-python KafkaProducer (acks=1, linger 20 ms, 1 MiB batches), "
+            "records round robin over the partitions, flushed once; the seconds include making "
+            "the records and summing their crc32 for the check; not part of any ratio. Keys "
+            "are the index in 10 digits, values line(index) of benchmarks.spark_passthrough cut "
+            "or extended to value_bytes.",
+            "machine.kafka_python_crc32c: kafka-python checks the CRC32C of every record batch "
+            "it reads (and computes it for every batch it produces) with the optional `crc32c` "
+            "C extension when that is installed ('c'), else in pure Python ('python'), which "
+            "then dominates the flamestream front's read time and the production time.",
+        ],
+    }
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
