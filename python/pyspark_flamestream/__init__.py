@@ -14,11 +14,22 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, DataSourceStreamWriter
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+)
 from pyspark.sql.types import StructType
 
 from flamestream.spark.config import OptionReader
-from flamestream.spark.front import META_FIELDS, FrontReader, FrontSource, ReaderConfig
+from flamestream.spark.front import (
+    META_FIELDS,
+    FrontBatchReader,
+    FrontReader,
+    FrontSource,
+    ReaderConfig,
+)
 from flamestream.spark.sink import BarrierWriter, SinkOutput
 
 
@@ -86,6 +97,11 @@ class FlameStreamDataSource(DataSource):
         """The front's reader."""
         source, config = self._front_source()
         return FrontReader(source, config)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        """``spark.read``: everything available now, one bounded batch."""
+        source, config = self._front_source()
+        return FrontBatchReader(source, config)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """A barrier sink writing to the chosen destination."""

@@ -140,7 +140,7 @@ class BarrierStore:
         out = None
         if buffered is not None and buffered.num_rows:
             ready = below(buffered, min_time)
-            out = buffered.filter(ready).sort_by([("ts", "ascending"), ("front", "ascending")])
+            out = buffered.filter(ready).sort_by(meta_order(buffered))
             rest = buffered.filter(pc.invert(ready))
             if rest.num_rows:
                 pending_path = posixpath.join(root, "pending", f"{batch_id:012d}.arrow")
@@ -194,6 +194,19 @@ class BarrierStore:
                 name = posixpath.basename(path).split(".")[0]
                 if name.isdigit() and int(name) < batch_id - KEEP_BATCHES:
                     fs.rm(path, recursive=True)
+
+
+def meta_order(table: pa.Table) -> list[tuple[str, str]]:
+    """Sort keys putting rows in meta order: global time, then the trace if rows carry one.
+
+    Graph outputs (:mod:`flamestream.spark.apply`) carry ``trace`` encoded so that byte order
+    is trace order; items of one global time (a flat_map's outputs) are then ordered as the
+    model orders them, whatever the partitioning.
+    """
+    keys = [("ts", "ascending"), ("front", "ascending")]
+    if "trace" in table.column_names:
+        keys.append(("trace", "ascending"))
+    return keys
 
 
 def below(table: pa.Table, min_time: GlobalTime) -> pa.Array:

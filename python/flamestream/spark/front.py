@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -361,6 +361,28 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state = dict(self.__dict__)
         state["_target"] = None
         return state
+
+
+class FrontBatchReader(DataSourceReader):
+    """``spark.read.format("flamestream")``: what is available now, as one bounded batch.
+
+    Planned and stamped exactly like the first batch of a stream without a read limit, so a
+    graph applied to it sees the items (and, with ``clock=logical``, the global times) that a
+    stream reading the same input in one batch would.
+    """
+
+    def __init__(self, source: FrontSource, config: ReaderConfig) -> None:
+        self.stream = FrontReader(source, config)
+        start = self.stream.initialOffset()
+        self.start, self.end = start, self.stream.latestOffset(start, ReadAllAvailable())
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """One partition per front range, as the stream would read them."""
+        return self.stream.partitions(self.start, self.end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The range's records, stamped."""
+        return self.stream.read(partition)
 
 
 def batch_id_of_task() -> int:

@@ -31,7 +31,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.types import StructType
 
 from flamestream.errors import ConfigError
-from flamestream.spark.barrier import BarrierStore, StagedPart, below, read_min_time
+from flamestream.spark.barrier import BarrierStore, StagedPart, below, meta_order, read_min_time
 from flamestream.spark.config import OptionReader
 from flamestream.spark.faults import crash_point
 from flamestream.spark.front import batch_id_of_task
@@ -118,7 +118,7 @@ class BarrierWriter(DataSourceStreamArrowWriter):
     def _release_part(self, batch_id: int, partition_id: int, table: pa.Table) -> StagedMessage:
         """Write the rows below the batch's min-time as this task's part; stage the rest."""
         ready = below(table, read_min_time(self.checkpoint, batch_id))
-        out = table.filter(ready).sort_by([("ts", "ascending"), ("front", "ascending")])
+        out = table.filter(ready).sort_by(meta_order(table))
         rest = table.filter(pc.invert(ready))
         part = self.store.stage(batch_id, partition_id, rest) if rest.num_rows else None
         if not out.num_rows:

@@ -1,0 +1,108 @@
+"""Data items as Arrow rows: how a graph's items travel between Spark stages.
+
+An item row carries its meta and the replay determinant of the front record it descends from:
+
+======================  ==========  ====================================================
+column                  type        meaning
+======================  ==========  ====================================================
+``ts``, ``front``       long, int   the global time
+``trace``               binary      the trace, 12 bytes per local time (see below)
+``flags``               tinyint     bit 0: may invalidate, bit 1: tombstone
+``source``, ``position``            the front record's determinant
+``to``                  string      the step the item goes to next
+``payload``             binary      the payload, encoded (between stages, see below)
+``value``               string      the payload rendered as text (rows going to a sink)
+======================  ==========  ====================================================
+
+Payloads are encoded with a one-byte tag: ``s`` + UTF-8 for text, ``b`` + the bytes for
+bytes, ``p`` + a pickle for anything else. Front rows become items in Spark SQL (tag and
+column concatenated, no Python), and text, the common case, never goes through pickle.
+
+A local time ``(logical, child)`` is encoded as 8 + 4 big-endian unsigned bytes, so comparing
+two encoded traces as bytes is comparing the traces as tuples (a proper prefix first): Arrow
+and Spark can sort items by meta with ``(ts, front, trace)``.
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+from typing import Any
+
+import pyarrow as pa
+
+from flamestream.model import LocalTime, Trace
+
+_LOCAL = struct.Struct(">QI")
+
+#: Bytes per local time in an encoded trace.
+LOCAL_BYTES = _LOCAL.size
+
+#: The columns of an item row between stages.
+ITEM_FIELDS = [
+    pa.field("ts", pa.int64(), nullable=False),
+    pa.field("front", pa.int32(), nullable=False),
+    pa.field("trace", pa.binary(), nullable=False),
+    pa.field("flags", pa.int8(), nullable=False),
+    pa.field("source", pa.string()),
+    pa.field("position", pa.int64()),
+    pa.field("to", pa.string(), nullable=False),
+    pa.field("payload", pa.binary()),
+    pa.field("value", pa.string()),
+]
+ITEM_SCHEMA = pa.schema(ITEM_FIELDS)
+ITEM_DDL = (
+    "ts long, front int, trace binary, flags tinyint, source string, position long, "
+    "to string, payload binary, value string"
+)
+
+MAY_INVALIDATE = 1
+TOMBSTONE = 2
+
+
+def encode_trace(trace: Trace) -> bytes:
+    """The bytes of ``trace``, ordered as the trace is.
+
+    >>> encode_trace((LocalTime(0, 1),)) < encode_trace((LocalTime(0, 1), LocalTime(0, 0)))
+    True
+    >>> encode_trace((LocalTime(2, 0),)) > encode_trace((LocalTime(1, 9),))
+    True
+    """
+    return b"".join(_LOCAL.pack(local.logical, local.child) for local in trace)
+
+
+def decode_trace(data: bytes) -> Trace:
+    """The trace ``data`` encodes.
+
+    >>> decode_trace(encode_trace((LocalTime(3, 0), LocalTime(0, 2))))
+    (LocalTime(logical=3, child=0), LocalTime(logical=0, child=2))
+    """
+    return tuple(LocalTime(*_LOCAL.unpack_from(data, i)) for i in range(0, len(data), LOCAL_BYTES))
+
+
+TEXT_TAG, BYTES_TAG, PICKLE_TAG = b"s", b"b", b"p"
+
+
+def encode_payload(payload: Any) -> bytes:
+    """The tagged bytes of ``payload``.
+
+    >>> [decode_payload(encode_payload(p)) for p in ("word", b"raw", (1, "x"))]
+    ['word', b'raw', (1, 'x')]
+    """
+    if type(payload) is str:
+        return TEXT_TAG + payload.encode()
+    if type(payload) is bytes:
+        return BYTES_TAG + payload
+    return PICKLE_TAG + pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def decode_payload(data: bytes | None) -> Any:
+    """The payload ``data`` encodes (None for a tombstone's missing payload)."""
+    if data is None:
+        return None
+    tag = data[:1]
+    if tag == TEXT_TAG:
+        return data[1:].decode()
+    if tag == BYTES_TAG:
+        return data[1:]
+    return pickle.loads(data[1:])  # noqa: S301  (our own stages wrote it)

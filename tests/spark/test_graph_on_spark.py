@@ -1,0 +1,216 @@
+"""Graphs applied to front DataFrames on Spark give exactly the reference runtime's output."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from flamestream import Dataflow, map_reduce
+from flamestream.errors import GraphError
+from flamestream.spark import SparkGraph, apply_graph
+from flamestream.spark.items import encode_trace
+from flamestream.spark.stages import render_default
+from flamestream.testing import run_in_order
+
+from .conftest import write_lines
+
+TEXT = {
+    "a.txt": ["the quick brown fox", "jumps over", "", "the lazy dog"],
+    "b.txt": ["a b c", "lorem ipsum dolor sit amet", "x"],
+    "c.txt": ["one", "two three", "four five six", "seven"],
+}
+
+
+def chain() -> Dataflow:
+    """Six stateless operations in a row, one of them a flat_map that can output nothing."""
+    flow = Dataflow("chain")
+    words = flow.flat_map("split", flow.source("lines"), str.split)
+    kept = flow.filter("not-a", words, lambda w: w != "a")
+    upper = flow.map("upper", kept, str.upper)
+    tagged = flow.map("tag", upper, lambda w: (len(w), w))
+    odd = flow.filter("odd", tagged, lambda t: t[0] % 2 == 1)
+    flow.sink("out", flow.map("show", odd, lambda t: f"{t[1]}:{t[0]}"))
+    return flow
+
+
+def diamond() -> Dataflow:
+    """Broadcast into two branches merged again, plus a second sink on one branch."""
+    flow = Dataflow("diamond")
+    words = flow.flat_map("split", flow.source("lines"), str.split)
+    left, right, side = flow.broadcast("copy", words, 3)
+    lengths = flow.map("length", left, lambda w: str(len(w)))
+    firsts = flow.flat_map("chars", right, lambda w: list(w[:2]))
+    flow.sink("joined", flow.merge("merge", lengths, firsts))
+    flow.sink("words", flow.filter("long", side, lambda w: len(w) > 3))
+    return flow
+
+
+GRAPHS: dict[str, Callable[[], Dataflow]] = {"chain": chain, "diamond": diamond}
+
+
+@pytest.fixture(scope="module")
+def lines_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("graph") / "in"
+    for name, lines in TEXT.items():
+        write_lines(folder / name, lines)
+    return folder
+
+
+def fronts(spark: SparkSession, folder: Path, *, stream: bool, limit: int | None) -> DataFrame:
+    reader = spark.readStream if stream else spark.read
+    reader = reader.format("flamestream").option("front", "files").option("path", str(folder))
+    reader = reader.option("clock", "logical")
+    if limit:
+        reader = reader.option("maxRecordsPerTrigger", limit)
+    return reader.load()
+
+
+def collect(df: DataFrame, name: str) -> list[Any]:
+    """Every row of ``df`` (streaming: run it to the end through a memory sink)."""
+    if not df.isStreaming:
+        return df.collect()
+    query = df.writeStream.format("memory").queryName(name).trigger(availableNow=True).start()
+    query.awaitTermination(180)
+    if query.exception():
+        raise query.exception()  # type: ignore[misc]
+    rows = df.sparkSession.table(name).collect()
+    df.sparkSession.catalog.dropTempView(name)
+    return rows
+
+
+def expected(flow: Dataflow, front_rows: list[Any]) -> list[tuple[Any, ...]]:
+    """The reference runtime's released items for the same global times, in meta order."""
+    inputs: dict[int, list[tuple[int, Any]]] = {}
+    for row in sorted(front_rows, key=lambda r: (r.front, r.ts)):
+        inputs.setdefault(row.front, []).append((row.ts, row.value))
+    result = run_in_order(flow, inputs)
+    released = [r for sink in flow.build().sinks for r in result.released(sink)]
+    return sorted(
+        (
+            r.sink,
+            r.global_time.ts,
+            r.global_time.front,
+            encode_trace(r.trace),
+            render_default(r.payload),
+        )
+        for r in released
+    )
+
+
+def observed(rows: list[Any]) -> list[tuple[Any, ...]]:
+    return sorted((r.sink, r.ts, r.front, bytes(r.trace), r.value) for r in rows)
+
+
+MODES = {
+    "batch-fused": {"stream": False, "limit": None, "fusion": True, "partitions": None},
+    "stream-limit4-unfused-3parts": {"stream": True, "limit": 4, "fusion": False, "partitions": 3},
+    "stream-limit3-fused-1part": {"stream": True, "limit": 3, "fusion": True, "partitions": 1},
+    "stream-fused-4parts": {"stream": True, "limit": None, "fusion": True, "partitions": 4},
+}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("graph", list(GRAPHS))
+def test_stateless_graphs_release_what_the_reference_runtime_releases(
+    spark: SparkSession, lines_dir: Path, graph: str, mode: str
+):
+    setting = MODES[mode]
+    flow = GRAPHS[graph]()
+    df = fronts(spark, lines_dir, stream=setting["stream"], limit=setting["limit"])
+    front_rows = collect(df, f"fronts_{graph}_{mode}".replace("-", "_"))
+    assert len(front_rows) == sum(len(lines) for lines in TEXT.values())
+    if setting["partitions"]:
+        df = df.repartition(setting["partitions"])
+    out = apply_graph(flow, df, fusion=setting["fusion"])
+    rows = collect(out, f"out_{graph}_{mode}".replace("-", "_"))
+    want = expected(flow, front_rows)
+    assert observed(rows) == want
+    assert len(want) > 10
+
+
+def test_stream_and_bounded_read_give_the_same_items(spark: SparkSession, lines_dir: Path):
+    flow = diamond()
+    bounded = observed(
+        collect(apply_graph(flow, fronts(spark, lines_dir, stream=False, limit=None)), "b")
+    )
+    streamed = observed(
+        collect(apply_graph(flow, fronts(spark, lines_dir, stream=True, limit=None)), "s")
+    )
+    assert bounded == streamed
+
+
+def test_fusion_shows_in_describe_and_explain(spark: SparkSession, lines_dir: Path, capsys):
+    fused, unfused = SparkGraph(chain()), SparkGraph(chain(), fusion=False)
+    assert len(fused.stages) == 1 and len(unfused.stages) == 6
+    assert "stage 1 [fused: split -> not-a -> upper -> tag -> odd -> show]" in fused.describe()
+    assert "fusion off" in unfused.describe()
+    fused.apply(fronts(spark, lines_dir, stream=False, limit=None)).explain()
+    plan = capsys.readouterr().out
+    assert len(re.findall(r"MapInArrow", plan)) == 1
+    assert "flamestream_stage_1__split__not-a__upper__tag__odd__show" in plan
+    unfused.apply(fronts(spark, lines_dir, stream=False, limit=None)).explain()
+    assert len(re.findall(r"MapInArrow", capsys.readouterr().out)) == 6
+
+
+def test_graph_output_goes_through_the_barrier_sink_in_meta_order(
+    spark: SparkSession, lines_dir: Path, tmp_path: Path
+):
+    flow = chain()
+    df = fronts(spark, lines_dir, stream=True, limit=5)
+    front_rows = collect(df, "fronts_barrier")
+    query = (
+        apply_graph(flow, df.repartition(2))
+        .writeStream.format("flamestream")
+        .option("sink", "files")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(180)
+    assert query.exception() is None
+    lines = [
+        json.loads(line)
+        for part in sorted((tmp_path / "out").glob("part-*.jsonl"))
+        for line in part.read_text().splitlines()
+    ]
+    # one sink, so expected() is in meta order: global time, then trace
+    want = [(ts, front, value) for _, ts, front, _, value in expected(flow, front_rows)]
+    assert [(r["ts"], r["front"], r["value"]) for r in lines] == want
+
+
+def test_a_raising_function_fails_the_query_naming_step_and_determinant(
+    spark: SparkSession, tmp_path: Path
+):
+    write_lines(tmp_path / "in" / "a.txt", ["10", "20", "oops", "30"])
+    flow = Dataflow("parse")
+    flow.sink("out", flow.map("parse", flow.source("lines"), int))
+    df = fronts(spark, tmp_path / "in", stream=True, limit=None)
+    with pytest.raises(Exception, match=r"step 'parse'.*ValueError.*determinant \('a.txt', 6\)"):
+        collect(apply_graph(flow, df), "raising")
+
+
+def test_graphs_with_groupings_are_refused_until_they_run_on_spark(
+    spark: SparkSession, lines_dir: Path
+):
+    flow = Dataflow("count")
+    counts = map_reduce(
+        flow, "count", flow.source("words"), mapper=lambda w: (w, 1), reducer=int.__add__
+    )
+    flow.sink("out", counts)
+    with pytest.raises(GraphError, match=r"count.grouping.*groupings do not run on Spark yet"):
+        SparkGraph(flow)
+
+
+def test_wrong_input_columns_are_reported(spark: SparkSession, lines_dir: Path):
+    df = fronts(spark, lines_dir, stream=False, limit=None)
+    with pytest.raises(GraphError, match=r"payload column 'text'.*columns ts, front, source"):
+        apply_graph(chain(), df, payload="text")
+    with pytest.raises(GraphError, match=r"string or binary payload column 'position'.*bigint"):
+        apply_graph(chain(), df, payload="position")
