@@ -6,6 +6,7 @@ import json
 import re
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -51,7 +52,30 @@ def diamond() -> Dataflow:
     return flow
 
 
-GRAPHS: dict[str, Callable[[], Dataflow]] = {"chain": chain, "diamond": diamond}
+def word_count() -> Dataflow:
+    """map_reduce: a grouping whose key-local cycle runs inside the keyed stage."""
+    flow = Dataflow("wordcount")
+    words = flow.flat_map("split", flow.source("lines"), str.split)
+    counts = map_reduce(flow, "count", words, mapper=lambda w: (w, 1), reducer=int.__add__)
+    flow.sink("out", flow.map("show", counts, lambda r: f"{r.key}={r.value}"))
+    return flow
+
+
+def window3() -> Dataflow:
+    """A grouping with window 3 and no cycle, keyed by a word's first letter."""
+    flow = Dataflow("window3")
+    words = flow.flat_map("split", flow.source("lines"), str.split)
+    tuples = flow.grouping("by-letter", words, window=3, key=lambda w: w[0])
+    flow.sink("out", flow.map("join", tuples, "+".join))
+    return flow
+
+
+GRAPHS: dict[str, Callable[[], Dataflow]] = {
+    "chain": chain,
+    "diamond": diamond,
+    "wordcount": word_count,
+    "window3": window3,
+}
 
 
 @pytest.fixture(scope="module")
@@ -71,17 +95,41 @@ def fronts(spark: SparkSession, folder: Path, *, stream: bool, limit: int | None
     return reader.load()
 
 
-def collect(df: DataFrame, name: str) -> list[Any]:
+def collect(df: DataFrame, name: str, checkpoint: Path | None = None) -> list[Any]:
     """Every row of ``df`` (streaming: run it to the end through a memory sink)."""
     if not df.isStreaming:
         return df.collect()
-    query = df.writeStream.format("memory").queryName(name).trigger(availableNow=True).start()
+    writer = df.writeStream.format("memory").queryName(name).trigger(availableNow=True)
+    if checkpoint is not None:
+        writer = writer.option("checkpointLocation", str(checkpoint))
+    query = writer.start()
     query.awaitTermination(180)
     if query.exception():
         raise query.exception()  # type: ignore[misc]
     rows = df.sparkSession.table(name).collect()
     df.sparkSession.catalog.dropTempView(name)
     return rows
+
+
+def to_files(df: DataFrame, out: Path, checkpoint: Path) -> None:
+    query = (
+        df.writeStream.format("flamestream")
+        .option("sink", "files")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(180)
+    assert query.exception() is None
+
+
+def read_rows(out: Path) -> list[SimpleNamespace]:
+    return [
+        SimpleNamespace(**json.loads(line))
+        for part in sorted(out.glob("part-*.jsonl"))
+        for line in part.read_text().splitlines()
+    ]
 
 
 def expected(flow: Dataflow, front_rows: list[Any]) -> list[tuple[Any, ...]]:
@@ -117,8 +165,8 @@ MODES = {
 
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("graph", list(GRAPHS))
-def test_stateless_graphs_release_what_the_reference_runtime_releases(
-    spark: SparkSession, lines_dir: Path, graph: str, mode: str
+def test_graphs_release_what_the_reference_runtime_releases(
+    spark: SparkSession, lines_dir: Path, graph: str, mode: str, tmp_path: Path
 ):
     setting = MODES[mode]
     flow = GRAPHS[graph]()
@@ -127,8 +175,11 @@ def test_stateless_graphs_release_what_the_reference_runtime_releases(
     assert len(front_rows) == sum(len(lines) for lines in TEXT.values())
     if setting["partitions"]:
         df = df.repartition(setting["partitions"])
-    out = apply_graph(flow, df, fusion=setting["fusion"])
-    rows = collect(out, f"out_{graph}_{mode}".replace("-", "_"))
+    checkpoint = tmp_path / "ck" if setting["stream"] else None
+    out = apply_graph(
+        flow, df, fusion=setting["fusion"], checkpoint_location=checkpoint and str(checkpoint)
+    )
+    rows = collect(out, f"out_{graph}_{mode}".replace("-", "_"), checkpoint)
     want = expected(flow, front_rows)
     assert observed(rows) == want
     assert len(want) > 10
@@ -146,6 +197,8 @@ def test_stream_and_bounded_read_give_the_same_items(spark: SparkSession, lines_
 
 
 def test_fusion_shows_in_describe_and_explain(spark: SparkSession, lines_dir: Path, capsys):
+    keyed = SparkGraph(word_count()).describe()
+    assert "[keyed by count.grouping: count.merge -> count.grouping -> count.filter" in keyed
     fused, unfused = SparkGraph(chain()), SparkGraph(chain(), fusion=False)
     assert len(fused.stages) == 1 and len(unfused.stages) == 6
     assert "stage 1 [fused: split -> not-a -> upper -> tag -> odd -> show]" in fused.describe()
@@ -196,21 +249,54 @@ def test_a_raising_function_fails_the_query_naming_step_and_determinant(
         collect(apply_graph(flow, df), "raising")
 
 
-def test_graphs_with_groupings_are_refused_until_they_run_on_spark(
-    spark: SparkSession, lines_dir: Path
-):
-    flow = Dataflow("count")
-    counts = map_reduce(
-        flow, "count", flow.source("words"), mapper=lambda w: (w, 1), reducer=int.__add__
-    )
-    flow.sink("out", counts)
-    with pytest.raises(GraphError, match=r"count.grouping.*groupings do not run on Spark yet"):
-        SparkGraph(flow)
-
-
 def test_wrong_input_columns_are_reported(spark: SparkSession, lines_dir: Path):
     df = fronts(spark, lines_dir, stream=False, limit=None)
     with pytest.raises(GraphError, match=r"payload column 'text'.*columns ts, front, source"):
         apply_graph(chain(), df, payload="text")
     with pytest.raises(GraphError, match=r"string or binary payload column 'position'.*bigint"):
         apply_graph(chain(), df, payload="position")
+
+
+def test_state_survives_a_restart_and_the_counts_go_on(spark: SparkSession, tmp_path: Path):
+    """Two runs from one checkpoint, more input in between: the reference over all input."""
+    folder = tmp_path / "in"
+    write_lines(folder / "a.txt", ["the cat", "the dog"])
+    write_lines(folder / "b.txt", ["a cat"])
+    flow = word_count()
+    for _ in range(2):  # the memory sink cannot restart: the barrier sink to files, read back
+        df = fronts(spark, folder, stream=True, limit=2)
+        to_files(df, tmp_path / "fronts", tmp_path / "ck-fronts")
+        out = apply_graph(flow, df, checkpoint_location=str(tmp_path / "ck"))
+        to_files(out, tmp_path / "out", tmp_path / "ck")
+        write_lines(folder / "a.txt", ["the end"])
+        write_lines(folder / "c.txt", ["cat and dog"])
+    rows = read_rows(tmp_path / "out")
+    want = [
+        (sink, ts, front, value)
+        for sink, ts, front, _, value in expected(flow, read_rows(tmp_path / "fronts"))
+    ]
+    assert sorted((r.sink, r.ts, r.front, r.value) for r in rows) == sorted(want)
+    values = {r.value for r in rows}
+    assert {"the=3", "cat=3", "dog=2"} <= values  # counted on from the first run's state
+    state = list((tmp_path / "ck" / "flamestream-graph" / "count.grouping").glob("part-*/*.state"))
+    assert state, "the grouping kept no state"
+
+
+def test_a_streaming_graph_with_groupings_needs_the_checkpoint(
+    spark: SparkSession, lines_dir: Path
+):
+    df = fronts(spark, lines_dir, stream=True, limit=None)
+    with pytest.raises(GraphError, match=r"checkpoint_location"):
+        apply_graph(word_count(), df)
+
+
+def test_cycles_through_two_groupings_are_refused_for_now():
+    flow = Dataflow("two")
+    merged = flow.merge("merge", flow.source("in"))
+    first = flow.grouping("g1", merged, window=2, key=len)
+    second = flow.grouping("g2", first, window=2, key=str)
+    out, back = flow.broadcast("copy", second, 2)
+    flow.add_merge_input(merged, back)
+    flow.sink("out", out)
+    with pytest.raises(GraphError, match=r"g2.*cross-key cycles"):
+        SparkGraph(flow)

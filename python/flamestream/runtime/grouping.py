@@ -20,6 +20,7 @@ This is the only stateful logic of the model, written once, without Spark, so ev
 from __future__ import annotations
 
 import heapq
+import pickle
 from bisect import bisect_left
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
@@ -201,6 +202,21 @@ class GroupingState:
                 self._oversized.discard(key)
             if not bucket.items:
                 del self._buckets[key]
+
+    # --- persistence (the Spark runtime keeps a partition's state between batches) -------
+
+    def snapshot(self) -> bytes:
+        """The buckets, the invalidation index and the counters, as bytes.
+
+        One pickle, so items shared by a bucket and the index stay shared when restored.
+        """
+        state = (self._buckets, self._by_time, self._times, self._oversized, self.stats)
+        return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def restore(self, data: bytes) -> None:
+        """Continue from a :meth:`snapshot` (of the same step)."""
+        state = pickle.loads(data)  # noqa: S301  (written by snapshot(), in our state dir)
+        self._buckets, self._by_time, self._times, self._oversized, self.stats = state
 
     # --- inspection ----------------------------------------------------------------------
 

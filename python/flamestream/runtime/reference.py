@@ -41,6 +41,7 @@ from flamestream.graph import (
     Source,
     Step,
 )
+from flamestream.graph.steps import STATELESS
 from flamestream.model import MAX_FRONT, MAX_TS, DataItem, GlobalTime, LocalTime, Meta, Trace
 from flamestream.runtime.acker import Acker, item_id
 from flamestream.runtime.barrier import BarrierBuffer
@@ -475,56 +476,13 @@ class ReferenceRuntime:
                 return []
 
             return sink
-        if isinstance(step, Broadcast):
-            targets = [self.graph.consumer(sid, port) for port in range(step.n)]
-
-            def broadcast(item: DataItem) -> list[tuple[str, DataItem]]:
-                if item.tombstone:
-                    return [(t, item.as_tombstone(LocalTime(0, p))) for p, t in enumerate(targets)]
-                return [
-                    (t, item.derive(item.payload, LocalTime(0, p))) for p, t in enumerate(targets)
-                ]
-
-            return broadcast
-        dest = self.graph.consumer(sid)
+        targets = [self.graph.consumer(sid, port) for port in range(step.outputs)]
         if isinstance(step, Grouping):
+            dest = targets[0]
             state = self._groupings[sid] = GroupingState(sid, step.window, step.key)
             return lambda item: [(dest, out) for out in state.receive(item)]
-        if isinstance(step, Merge):
-            return lambda item: [(dest, _pass(item, item.payload))]
-        if isinstance(step, Map):
-            fn = step.fn
-
-            def map_(item: DataItem) -> list[tuple[str, DataItem]]:
-                if item.tombstone:
-                    return [(dest, _pass(item, None))]
-                return [(dest, _pass(item, self._call(step, fn, item)))]
-
-            return map_
-        if isinstance(step, Filter):
-            predicate = step.predicate
-
-            def filter_(item: DataItem) -> list[tuple[str, DataItem]]:
-                if item.tombstone or self._call(step, predicate, item):
-                    return [(dest, _pass(item, item.payload))]
-                if item.may_invalidate and not step.version_stable:
-                    # dropped, but what it would have invalidated must still be dropped
-                    return [(dest, item.as_tombstone(_STATELESS_LOCAL))]
-                return []
-
-            return filter_
-        if isinstance(step, FlatMap):
-            flat = step.fn
-
-            def flat_map(item: DataItem) -> list[tuple[str, DataItem]]:
-                if item.tombstone:
-                    return [(dest, _pass(item, None))]
-                payloads = self._call(step, flat, item, as_list=True)
-                if not payloads and item.may_invalidate:
-                    return [(dest, item.as_tombstone(_STATELESS_LOCAL))]
-                return [(dest, item.derive(p, LocalTime(0, i))) for i, p in enumerate(payloads)]
-
-            return flat_map
+        if isinstance(step, STATELESS):
+            return stateless_handler(step, targets, self._call)
         msg = f"step {sid!r}: no reference implementation for {step.kind}"
         raise FlameStreamError(msg)
 
@@ -532,6 +490,65 @@ class ReferenceRuntime:
     def _never(item: DataItem) -> list[tuple[str, DataItem]]:
         msg = "a source step receives nothing"
         raise FlameStreamError(msg)
+
+
+def stateless_handler(
+    step: Step,
+    targets: Sequence[str],
+    call: Callable[..., Any],
+) -> Handler:
+    """What a stateless step does with one item: the model's rules, written once.
+
+    ``targets`` are the consumers of the step's output ports; ``call(step, fn, item,
+    as_list=...)`` runs a user function (and turns its exceptions into ``StepError``). Used by
+    the reference runtime and by the Spark runtime's keyed stages.
+    """
+    if isinstance(step, Broadcast):
+
+        def broadcast(item: DataItem) -> list[tuple[str, DataItem]]:
+            if item.tombstone:
+                return [(t, item.as_tombstone(LocalTime(0, p))) for p, t in enumerate(targets)]
+            return [(t, item.derive(item.payload, LocalTime(0, p))) for p, t in enumerate(targets)]
+
+        return broadcast
+    dest = targets[0]
+    if isinstance(step, Merge):
+        return lambda item: [(dest, _pass(item, item.payload))]
+    if isinstance(step, Map):
+        fn = step.fn
+
+        def map_(item: DataItem) -> list[tuple[str, DataItem]]:
+            if item.tombstone:
+                return [(dest, _pass(item, None))]
+            return [(dest, _pass(item, call(step, fn, item)))]
+
+        return map_
+    if isinstance(step, Filter):
+        predicate = step.predicate
+
+        def filter_(item: DataItem) -> list[tuple[str, DataItem]]:
+            if item.tombstone or call(step, predicate, item):
+                return [(dest, _pass(item, item.payload))]
+            if item.may_invalidate and not step.version_stable:
+                # dropped, but what it would have invalidated must still be dropped
+                return [(dest, item.as_tombstone(_STATELESS_LOCAL))]
+            return []
+
+        return filter_
+    if isinstance(step, FlatMap):
+        flat = step.fn
+
+        def flat_map(item: DataItem) -> list[tuple[str, DataItem]]:
+            if item.tombstone:
+                return [(dest, _pass(item, None))]
+            payloads = call(step, flat, item, as_list=True)
+            if not payloads and item.may_invalidate:
+                return [(dest, item.as_tombstone(_STATELESS_LOCAL))]
+            return [(dest, item.derive(p, LocalTime(0, i))) for i, p in enumerate(payloads)]
+
+        return flat_map
+    msg = f"step {step.step_id!r}: {step.kind} is not a stateless step"
+    raise FlameStreamError(msg)
 
 
 def _pass(item: DataItem, payload: Any) -> DataItem:

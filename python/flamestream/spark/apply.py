@@ -20,15 +20,26 @@ graph clean: 1 stage, fusion on
 
 from __future__ import annotations
 
+import json
+import posixpath
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+import fsspec
 
 from flamestream.errors import GraphError
 from flamestream.graph.dataflow import Dataflow
 from flamestream.graph.logical import LogicalGraph
 from flamestream.graph.steps import Sink, Source
 from flamestream.spark.items import BYTES_TAG, ITEM_DDL, TEXT_TAG
-from flamestream.spark.stages import Stage, StageRunner, plan_stages, render_default
+from flamestream.spark.keyed import KeyedRunner
+from flamestream.spark.stages import (
+    Stage,
+    StageRunner,
+    keyed_entries,
+    plan_stages,
+    render_default,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -46,11 +57,14 @@ class SparkGraph:
         *,
         fusion: bool = True,
         render: Callable[[Any], str] = render_default,
+        partitions: int | None = None,
     ) -> None:
         self.graph = flow.build() if isinstance(flow, Dataflow) else flow
         self.fusion = fusion
         self.render = render
+        self.partitions = partitions
         self.stages = plan_stages(self.graph, fusion=fusion)
+        self.keys = keyed_entries(self.graph, self.stages)
         sources = [sid for sid, step in self.graph.steps.items() if isinstance(step, Source)]
         if len(sources) != 1:
             raise GraphError(
@@ -70,15 +84,27 @@ class SparkGraph:
         lines = [f"graph {self.graph.name}: {count} stage{'s' * (count != 1)}, fusion {mode}"]
         lines.append(f"  source {self.source} -> {self._where(self.graph.consumer(self.source))}")
         for stage in self.stages:
-            kind = "fused: " if len(stage.steps) > 1 else ""
             leaving = sorted({self._where(dest) for dest in self._leaving(stage)})
+            if stage.grouping:
+                kind = f"keyed by {stage.grouping}: "
+                how = "shuffled by key, state per partition, cycles run in the task"
+            else:
+                kind = "fused: " if len(stage.steps) > 1 else ""
+                how = "one mapInArrow pass"
             lines.append(
-                f"  stage {stage.index} [{kind}{' -> '.join(stage.steps)}] "
-                f"(one mapInArrow pass) -> {', '.join(leaving)}"
+                f"  stage {stage.index} [{kind}{' -> '.join(stage.steps)}] ({how}) "
+                f"-> {', '.join(leaving)}"
             )
         return "\n".join(lines)
 
-    def apply(self, df: DataFrame, *, payload: str = "value") -> DataFrame:
+    @property
+    def keyed(self) -> bool:
+        """Whether the graph has groupings (keyed stages with state)."""
+        return any(stage.grouping for stage in self.stages)
+
+    def apply(
+        self, df: DataFrame, *, payload: str = "value", checkpoint_location: str | None = None
+    ) -> DataFrame:
         """The rows reaching the sinks when the graph runs on ``df``'s rows.
 
         ``df`` needs ``ts`` and ``front`` (the global time, as flamestream fronts give it)
@@ -86,19 +112,44 @@ class SparkGraph:
         ``source`` and ``position`` (the determinant) are carried when present. Returns
         ``ts, front, trace, source, position, sink, value``: ``value`` is the payload as
         text (``render``), ``(ts, front, trace)`` its meta, ordered as the model orders them.
+
+        A streaming ``df`` through a graph with groupings needs ``checkpoint_location``, the
+        query's checkpoint: the groupings' state is kept under it (``flamestream-graph/``)
+        and their garbage collection follows the min-time in its offset log.
         """
         from pyspark.sql import functions as F
 
-        items: dict[str, DataFrame] = {self.source: self._items(df, payload)}
+        if self.keyed and df.isStreaming and not checkpoint_location:
+            raise GraphError(
+                self.graph.name,
+                "checkpoint_location (the query's checkpointLocation) for a graph with groupings",
+                "none",
+                "apply(df, checkpoint_location=ck), then "
+                "writeStream.option('checkpointLocation', ck)",
+            )
+        partitions = self.partitions or int(
+            df.sparkSession.conf.get("spark.sql.shuffle.partitions") or "200"
+        )
+        state_url = None
+        if checkpoint_location and df.isStreaming:
+            state_url = checkpoint_location.rstrip("/") + "/flamestream-graph"
+            _check_layout(state_url, partitions)
+        source_items = self._items(df, payload)
+        if self.graph.consumer(self.source) in self.keys:  # key the rows before the shuffle
+            keying = Stage(0, (), (self.graph.consumer(self.source),))
+            source_items = source_items.mapInArrow(self._runner(keying), ITEM_DDL)
+        items: dict[str, DataFrame] = {self.source: source_items}
         outputs: dict[int, DataFrame] = {}
 
         def rows_for(step_id: str) -> DataFrame:
-            """Rows on their way to ``step_id``, from whichever producers feed it."""
+            """Rows on their way to ``step_id`` from producers outside its own stage."""
             parts = []
+            own = self._stage_of.get(step_id)
             for producer in self.graph.producers(step_id):
                 stage = self._stage_of.get(producer)
-                upstream = items[producer] if stage is None else outputs[stage.index]
-                parts.append(upstream)
+                if stage is not None and stage is own:
+                    continue  # a cycle inside a keyed stage: it never leaves the task
+                parts.append(items[producer] if stage is None else outputs[stage.index])
             unique = list({id(part): part for part in parts}.values())
             merged = unique[0]
             for part in unique[1:]:
@@ -110,7 +161,19 @@ class SparkGraph:
             stage_input = entries[0]
             for more in entries[1:]:
                 stage_input = stage_input.unionByName(more)
-            outputs[stage.index] = stage_input.mapInArrow(self._runner(stage), ITEM_DDL)
+            if stage.grouping is None:
+                outputs[stage.index] = stage_input.mapInArrow(self._runner(stage), ITEM_DDL)
+                continue
+            keyed = KeyedRunner(
+                self.graph,
+                stage,
+                self.keys,
+                self.render,
+                state_url=state_url,
+                checkpoint=checkpoint_location if state_url else None,
+            )
+            shuffled = stage_input.repartition(partitions, F.col("key"))
+            outputs[stage.index] = shuffled.mapInArrow(_named(keyed, stage.name), ITEM_DDL)
         released = [rows_for(sink) for sink in self.sinks]
         result = released[0]
         for more in released[1:]:
@@ -161,13 +224,8 @@ class SparkGraph:
         )
 
     def _runner(self, stage: Stage) -> Callable[..., Any]:
-        runner = StageRunner(self.graph, stage, self.render)
-
-        def run(batches: Any) -> Any:
-            return runner(batches)
-
-        run.__name__ = run.__qualname__ = stage.name  # what explain() shows
-        return run
+        name = stage.name if stage.steps else "flamestream_key"
+        return _named(StageRunner(self.graph, stage, self.keys, self.render), name)
 
     def _leaving(self, stage: Stage) -> list[str]:
         inside = set(stage.steps)
@@ -183,6 +241,36 @@ class SparkGraph:
         return f"stage {stage.index}" if stage else f"sink {step_id}"
 
 
+def _named(runner: Callable[[Any], Any], name: str) -> Callable[[Any], Any]:
+    """``runner`` as a function called ``name``, which is what ``explain()`` shows."""
+
+    def run(batches: Any) -> Any:
+        return runner(batches)
+
+    run.__name__ = run.__qualname__ = name
+    return run
+
+
+def _check_layout(state_url: str, partitions: int) -> None:
+    """The groupings' state is per key partition: the partition count must never change."""
+    fs, root = fsspec.core.url_to_fs(state_url)
+    layout = posixpath.join(root, "layout.json")
+    if fs.exists(layout):
+        recorded = json.loads(fs.cat_file(layout))["partitions"]
+        if recorded != partitions:
+            option = "partitions"
+            raise GraphError(
+                option,
+                f"{recorded} key partitions, as when this checkpoint's state was written",
+                str(partitions),
+                "keep partitions= (or spark.sql.shuffle.partitions) fixed for a checkpoint",
+            )
+        return
+    fs.makedirs(root, exist_ok=True)
+    with fs.open(layout, "w") as out:
+        out.write(json.dumps({"partitions": partitions}))
+
+
 def apply_graph(
     flow: Dataflow | LogicalGraph,
     df: DataFrame,
@@ -190,6 +278,9 @@ def apply_graph(
     payload: str = "value",
     fusion: bool = True,
     render: Callable[[Any], str] = render_default,
+    partitions: int | None = None,
+    checkpoint_location: str | None = None,
 ) -> DataFrame:
     """Compile ``flow`` and apply it to ``df``: see :meth:`SparkGraph.apply`."""
-    return SparkGraph(flow, fusion=fusion, render=render).apply(df, payload=payload)
+    graph = SparkGraph(flow, fusion=fusion, render=render, partitions=partitions)
+    return graph.apply(df, payload=payload, checkpoint_location=checkpoint_location)

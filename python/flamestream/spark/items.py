@@ -10,6 +10,7 @@ column                  type        meaning
 ``flags``               tinyint     bit 0: may invalidate, bit 1: tombstone
 ``source``, ``position``            the front record's determinant
 ``to``                  string      the step the item goes to next
+``key``                 binary      the grouping key (encoded) when ``to`` leads to one
 ``payload``             binary      the payload, encoded (between stages, see below)
 ``value``               string      the payload rendered as text (rows going to a sink)
 ======================  ==========  ====================================================
@@ -47,13 +48,14 @@ ITEM_FIELDS = [
     pa.field("source", pa.string()),
     pa.field("position", pa.int64()),
     pa.field("to", pa.string(), nullable=False),
+    pa.field("key", pa.binary()),
     pa.field("payload", pa.binary()),
     pa.field("value", pa.string()),
 ]
 ITEM_SCHEMA = pa.schema(ITEM_FIELDS)
 ITEM_DDL = (
     "ts long, front int, trace binary, flags tinyint, source string, position long, "
-    "to string, payload binary, value string"
+    "to string, key binary, payload binary, value string"
 )
 
 MAY_INVALIDATE = 1

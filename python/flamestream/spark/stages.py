@@ -15,8 +15,9 @@ trace, a tombstone stays a tombstone, a dropped replayed item becomes one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -29,6 +30,7 @@ from flamestream.graph.steps import (
     Broadcast,
     Filter,
     FlatMap,
+    Grouping,
     Map,
     Merge,
     Sink,
@@ -50,64 +52,168 @@ _STATELESS_LOCAL = LocalTime(0, 0)
 
 @dataclass(frozen=True)
 class Stage:
-    """Stateless steps that run as one Arrow pass."""
+    """Steps that run as one Arrow pass: stateless ones fused, or a grouping and its cycle."""
 
     index: int
-    steps: tuple[str, ...]  #: in topological order
+    steps: tuple[str, ...]  #: in topological order (a keyed stage: in graph order)
     entries: tuple[str, ...]  #: steps that receive items from outside the stage
+    grouping: str | None = None  #: set for a keyed stage: the grouping its items are keyed by
 
     @property
     def name(self) -> str:
         """The name Spark shows for the stage's ``mapInArrow`` (in ``explain()``)."""
-        return f"flamestream_stage_{self.index}__" + "__".join(
+        kind = "keyed" if self.grouping else "stage"
+        return f"flamestream_{kind}_{self.index}__" + "__".join(
             s.replace(".", "_") for s in self.steps
         )
 
 
 def plan_stages(graph: LogicalGraph, *, fusion: bool = True) -> list[Stage]:
-    """The graph's stateless steps as stages, in an order where producers come first."""
-    groupings = [step.step_id for step in graph.groupings()]
-    if groupings:
-        raise GraphError(
-            groupings[0],
-            "a graph of stateless steps (map, flat_map, filter, broadcast, merge)",
-            "a grouping",
-            "groupings do not run on Spark yet; run this graph with the reference runtime "
-            "(flamestream.testing.run_in_order)",
+    """The graph's steps (but sources and sinks) as stages, producers first.
+
+    A grouping and every step on a cycle through it form a *keyed* stage: items are shuffled
+    by the grouping's key and a cycle such as map_reduce's runs to quiescence inside the task.
+    Items must enter a keyed stage at the grouping or through merges only (so the key of an
+    entering item is the grouping's key of its payload). The remaining stateless steps fuse
+    into stages of connected steps with the same number of keyed stages upstream, which keeps
+    the stages acyclic.
+    """
+    components = _strongly_connected(graph)
+    keyed: list[set[str]] = []
+    for component in components:
+        groupings = sorted(s for s in component if isinstance(graph.step(s), Grouping))
+        if len(groupings) > 1:
+            raise GraphError(
+                groupings[1],
+                "at most one grouping on any cycle",
+                f"a cycle through {', '.join(groupings)}",
+                "cycles through several groupings (cross-key cycles) do not run on Spark yet; "
+                "run this graph with the reference runtime",
+            )
+        if groupings:
+            _check_keyed_entries(graph, component, groupings[0])
+            keyed.append(component)
+    unit_of = {sid: f"keyed:{i}" for i, c in enumerate(keyed) for sid in c}
+    order = _condensed_order(graph, unit_of)
+    level: dict[str, int] = {}  # keyed stages on the longest path from the source
+    for unit in order:
+        members = [s for s, u in unit_of.items() if u == unit] or [unit]
+        ups = {p for m in members for p in graph.producers(m) if unit_of.get(p, p) != unit}
+        level[unit] = max((level[unit_of.get(p, p)] + (p in unit_of) for p in ups), default=0)
+    stateless = [
+        u for u in order if not u.startswith("keyed:") and isinstance(graph.step(u), STATELESS)
+    ]
+    groups = _connected(graph, stateless, level) if fusion else [[sid] for sid in stateless]
+    position = {unit: i for i, unit in enumerate(order)}
+    units: list[tuple[int, list[str], str | None]] = []
+    for group in groups:
+        units.append(
+            (min(position[s] for s in group), sorted(group, key=position.__getitem__), None)
         )
-    order = _topological(graph)
-    stateless = [sid for sid in order if isinstance(graph.step(sid), STATELESS)]
-    groups = _connected(graph, stateless) if fusion else [[sid] for sid in stateless]
-    position = {sid: i for i, sid in enumerate(order)}
-    groups.sort(key=lambda group: min(position[s] for s in group))
+    graph_order = {sid: i for i, sid in enumerate(graph.steps)}
+    for i, component in enumerate(keyed):
+        steps = sorted(component, key=graph_order.__getitem__)
+        keyed_by = next(s for s in steps if isinstance(graph.step(s), Grouping))
+        units.append((position[f"keyed:{i}"], steps, keyed_by))
+    units.sort(key=lambda unit: unit[0])
     stages = []
-    for index, group in enumerate(groups, start=1):
-        steps = tuple(sorted(group, key=position.__getitem__))
-        inside = set(steps)
-        entries = tuple(sid for sid in steps if any(p not in inside for p in graph.producers(sid)))
-        stages.append(Stage(index, steps, entries))
+    for index, (_, members, grouping) in enumerate(units, start=1):
+        inside = set(members)
+        entries = tuple(s for s in members if any(p not in inside for p in graph.producers(s)))
+        stages.append(Stage(index, tuple(members), entries, grouping))
     return stages
 
 
-def _topological(graph: LogicalGraph) -> list[str]:
-    """Step ids, producers before consumers (the graph is acyclic without groupings)."""
-    indegree = {sid: len(graph.producers(sid)) for sid in graph.steps}
-    ready = [sid for sid, n in indegree.items() if n == 0]
+def _check_keyed_entries(graph: LogicalGraph, component: set[str], grouping: str) -> None:
+    """Items entering a keyed stage must reach its grouping through merges only."""
+    for sid in component:
+        if all(p in component for p in graph.producers(sid)):
+            continue
+        current = sid
+        while current != grouping:
+            step = graph.step(current)
+            if not isinstance(step, Merge):
+                raise GraphError(
+                    sid,
+                    f"items entering the cycle of grouping {grouping!r} at the grouping or "
+                    "at a merge leading straight to it",
+                    f"they enter at {step.kind} {current!r}",
+                    "move the step before the cycle's merge (map_reduce's graph has this shape)",
+                )
+            current = graph.consumer(current)
+
+
+def _strongly_connected(graph: LogicalGraph) -> list[set[str]]:
+    """The graph's strongly connected components (Tarjan), every step in exactly one."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[set[str]] = []
+
+    def successors(sid: str) -> list[str]:
+        return [graph.consumer(sid, port) for port in range(graph.step(sid).outputs)]
+
+    for root in graph.steps:
+        if root in index:
+            continue
+        work = [(root, iter(successors(root)))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            sid, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(successors(child))))
+                elif child in on_stack:
+                    low[sid] = min(low[sid], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[sid])
+            if low[sid] == index[sid]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == sid:
+                        break
+                components.append(component)
+    return components
+
+
+def _condensed_order(graph: LogicalGraph, unit_of: dict[str, str]) -> list[str]:
+    """Units (a step, or ``keyed:<i>`` for a keyed stage's steps), producers first."""
+    units = list(dict.fromkeys(unit_of.get(sid, sid) for sid in graph.steps))
+    edges: dict[str, set[str]] = {unit: set() for unit in units}
+    indegree = dict.fromkeys(units, 0)
+    for sid, step in graph.steps.items():
+        for port in range(step.outputs):
+            a, b = unit_of.get(sid, sid), unit_of.get(graph.consumer(sid, port))
+            b = b or graph.consumer(sid, port)
+            if a != b and b not in edges[a]:
+                edges[a].add(b)
+                indegree[b] += 1
+    ready = [unit for unit in units if indegree[unit] == 0]
     order = []
     while ready:
-        sid = ready.pop(0)
-        order.append(sid)
-        step = graph.step(sid)
-        for port in range(step.outputs):
-            consumer = graph.consumer(sid, port)
-            indegree[consumer] -= 1
-            if indegree[consumer] == 0:
-                ready.append(consumer)
+        unit = ready.pop(0)
+        order.append(unit)
+        for nxt in sorted(edges[unit], key=units.index):
+            indegree[nxt] -= 1
+            if indegree[nxt] == 0:
+                ready.append(nxt)
     return order
 
 
-def _connected(graph: LogicalGraph, stateless: list[str]) -> list[list[str]]:
-    """Maximal groups of stateless steps connected by edges between stateless steps."""
+def _connected(graph: LogicalGraph, stateless: list[str], level: dict[str, int]) -> list[list[str]]:
+    """Maximal groups of stateless steps joined by edges between steps of the same level."""
     members = set(stateless)
     seen: set[str] = set()
     groups = []
@@ -124,11 +230,22 @@ def _connected(graph: LogicalGraph, stateless: list[str]) -> list[list[str]]:
                 graph.consumer(sid, port) for port in range(step.outputs)
             ]
             for other in neighbours:
-                if other in members and other not in seen:
+                if other in members and other not in seen and level[other] == level[sid]:
                     seen.add(other)
                     todo.append(other)
         groups.append(group)
     return groups
+
+
+def keyed_entries(graph: LogicalGraph, stages: list[Stage]) -> dict[str, Callable[[Any], Any]]:
+    """Per step where items enter a keyed stage, the key function they are shuffled by."""
+    keys: dict[str, Callable[[Any], Any]] = {}
+    for stage in stages:
+        if stage.grouping is not None:
+            step = graph.step(stage.grouping)
+            assert isinstance(step, Grouping)  # noqa: S101
+            keys.update(dict.fromkeys(stage.entries, step.key))
+    return keys
 
 
 def render_default(payload: Any) -> str:
@@ -156,7 +273,11 @@ class StageRunner:
     """Applies one stage to Arrow batches of item rows (runs in executors' Python workers)."""
 
     def __init__(
-        self, graph: LogicalGraph, stage: Stage, render: Callable[[Any], str] = render_default
+        self,
+        graph: LogicalGraph,
+        stage: Stage,
+        keys: Mapping[str, Callable[[Any], Any]],
+        render: Callable[[Any], str] = render_default,
     ) -> None:
         self.stage = stage
         self.steps: list[Step] = [graph.step(sid) for sid in stage.steps]
@@ -164,8 +285,7 @@ class StageRunner:
             step.step_id: [graph.consumer(step.step_id, p) for p in range(step.outputs)]
             for step in self.steps
         }
-        self.sinks = {sid for sid, step in graph.steps.items() if isinstance(step, Sink)}
-        self.render = render
+        self.exits = Exits(graph, keys, render)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """``mapInArrow``'s function."""
@@ -179,13 +299,14 @@ class StageRunner:
         targets = batch.column("to").to_pylist()
         payloads = batch.column("payload").to_pylist()
         flags = batch.column("flags").to_pylist()
+        leaving: dict[str, _Items] = {}
         for row, (to, payload, flag) in enumerate(zip(targets, payloads, flags, strict=True)):
-            queue = queues[to]
+            # rows for a step outside the stage pass through (a stage may only add keys)
+            queue = queues.get(to) or leaving.setdefault(to, _Items())
             queue.rows.append(row)
             queue.suffixes.append(())
             queue.payloads.append(decode_payload(payload))
             queue.flags.append(flag)
-        leaving: dict[str, _Items] = {}
         for step in self.steps:
             outputs = self._apply(step, queues[step.step_id], batch)
             for port, items in enumerate(outputs):
@@ -283,13 +404,10 @@ class StageRunner:
         rows: list[int] = []
         traces: list[bytes] = []
         flags: list[int] = []
-        targets: list[str] = []
-        payloads: list[bytes | None] = []
-        values: list[str | None] = []
         old_traces = batch.column("trace").to_pylist()
         suffix_bytes: dict[tuple[LocalTime, ...], bytes] = {}
+        out = self.exits.builder()
         for dest, items in leaving.items():
-            to_sink = dest in self.sinks
             for row, suffix, payload, flag in zip(
                 items.rows, items.suffixes, items.payloads, items.flags, strict=True
             ):
@@ -299,27 +417,94 @@ class StageRunner:
                 rows.append(row)
                 traces.append(old_traces[row] + encoded)
                 flags.append(flag)
-                targets.append(dest)
-                if flag & TOMBSTONE:
-                    payloads.append(None)
-                    values.append(None)
-                elif to_sink:
-                    payloads.append(None)
-                    values.append(self.render(payload))
-                else:
-                    payloads.append(encode_payload(payload))
-                    values.append(None)
+                out.add(dest, payload, flag, partial(_determinant, batch, row))
         taken = pa.array(rows, pa.int64())
-        columns = [
+        return out.batch(
             pc.take(batch.column("ts"), taken),
             pc.take(batch.column("front"), taken),
             pa.array(traces, pa.binary()),
             pa.array(flags, pa.int8()),
             pc.take(batch.column("source"), taken),
             pc.take(batch.column("position"), taken),
-            pa.array(targets, pa.string()),
-            pa.array(payloads, pa.binary()),
-            pa.array(values, pa.string()),
+        )
+
+
+def _determinant(batch: pa.RecordBatch, row: int) -> tuple[GlobalTime, Any]:
+    """The global time and determinant of input row ``row`` (for error messages)."""
+    time = GlobalTime(batch.column("ts")[row].as_py(), batch.column("front")[row].as_py())
+    return time, (batch.column("source")[row].as_py(), batch.column("position")[row].as_py())
+
+
+class Exits:
+    """How items leave a stage: to a sink (rendered), into a keyed stage (keyed), or on."""
+
+    def __init__(
+        self,
+        graph: LogicalGraph,
+        keys: Mapping[str, Callable[[Any], Any]],
+        render: Callable[[Any], str],
+    ) -> None:
+        self.sinks = {sid for sid, step in graph.steps.items() if isinstance(step, Sink)}
+        self.keys = dict(keys)
+        self.render = render
+
+    def builder(self) -> ExitRows:
+        """A new batch of leaving rows."""
+        return ExitRows(self)
+
+
+class ExitRows:
+    """The ``to``, ``key``, ``payload`` and ``value`` columns of leaving rows, row by row."""
+
+    def __init__(self, exits: Exits) -> None:
+        self.exits = exits
+        self.targets: list[str] = []
+        self.keys: list[bytes | None] = []
+        self.payloads: list[bytes | None] = []
+        self.values: list[str | None] = []
+
+    def add(
+        self, dest: str, payload: Any, flag: int, where: Callable[[], tuple[GlobalTime, Any]]
+    ) -> None:
+        """One leaving item; ``where()`` gives its time and determinant for errors."""
+        self.targets.append(dest)
+        key_fn = self.exits.keys.get(dest)
+        if flag & TOMBSTONE:
+            if key_fn is not None:
+                time, determinant = where()
+                msg = (
+                    f"a tombstone (at {time}, determinant {determinant}) is entering the keyed "
+                    f"stage at {dest!r}: out-of-order input through two groupings does not run "
+                    "on Spark yet"
+                )
+                raise GraphError(dest, "no tombstone entering a keyed stage", "one", msg)
+            self.keys.append(None)
+            self.payloads.append(None)
+            self.values.append(None)
+            return
+        if key_fn is not None:
+            try:
+                self.keys.append(encode_payload(key_fn(payload)))
+            except Exception as exc:  # the grouping's key function failed on this item
+                time, determinant = where()
+                raise StepError(dest, key_fn, time, determinant, exc) from exc
+        else:
+            self.keys.append(None)
+        if dest in self.exits.sinks:
+            self.payloads.append(None)
+            self.values.append(self.exits.render(payload))
+        else:
+            self.payloads.append(encode_payload(payload))
+            self.values.append(None)
+
+    def batch(self, *meta: pa.Array) -> pa.RecordBatch:
+        """The rows, given their ts, front, trace, flags, source and position columns."""
+        columns = [
+            *meta,
+            pa.array(self.targets, pa.string()),
+            pa.array(self.keys, pa.binary()),
+            pa.array(self.payloads, pa.binary()),
+            pa.array(self.values, pa.string()),
         ]
         return pa.RecordBatch.from_arrays(columns, schema=ITEM_SCHEMA)
 

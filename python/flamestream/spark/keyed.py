@@ -1,0 +1,232 @@
+"""Keyed stages: a grouping (and the cycle through it) on Spark, with durable state.
+
+Items entering a keyed stage are shuffled by the grouping's key (``repartition(n, "key")``),
+so every key lives in one partition. A task of micro-batch ``b``:
+
+1. restores its partition's :class:`~flamestream.runtime.grouping.GroupingState` from the
+   newest snapshot written before ``b`` (``<state>/<grouping>/part-<p>/<batch>.state``);
+2. sorts the batch's items by meta and delivers them one at a time, each run to quiescence
+   through the stage's steps (so map_reduce's key-local cycle closes inside the task), with
+   the same rules as the reference runtime (the grouping's state machine and
+   :func:`~flamestream.runtime.reference.stateless_handler`);
+3. collects garbage below the batch's min-time (from the offset log, as the barrier sink
+   does), writes snapshot ``b`` and removes all but the two newest.
+
+A replayed batch restores the same snapshot and so emits the same items and writes the same
+snapshot; a retried task overwrites its own. On a bounded input (``spark.read``) there is no
+batch id and the state lives for the task only.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from functools import partial
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+
+from flamestream.errors import StepError
+from flamestream.graph.logical import LogicalGraph
+from flamestream.graph.steps import Grouping, Step
+from flamestream.model import DataItem, GlobalTime, Meta
+from flamestream.runtime.grouping import GroupingState
+from flamestream.runtime.reference import Handler, stateless_handler
+from flamestream.spark.barrier import read_min_time
+from flamestream.spark.front import batch_id_of_task
+from flamestream.spark.items import (
+    ITEM_SCHEMA,
+    MAY_INVALIDATE,
+    TOMBSTONE,
+    decode_payload,
+    decode_trace,
+    encode_trace,
+)
+from flamestream.spark.stages import Exits, Stage, render_default
+
+#: Snapshots kept per partition: the newest, and the one a replay of the newest restores.
+KEEP_SNAPSHOTS = 2
+
+
+class StateStore:
+    """Snapshots of one grouping's partitions, by batch id (any fsspec URL)."""
+
+    def __init__(self, url: str, grouping: str) -> None:
+        self.url = url.rstrip("/") + "/" + grouping
+
+    def _folder(self, partition: int) -> tuple[Any, str]:
+        fs, root = fsspec.core.url_to_fs(self.url)
+        return fs, posixpath.join(root, f"part-{partition:05d}")
+
+    def _versions(self, fs: Any, folder: str) -> list[int]:
+        if not fs.exists(folder):
+            return []
+        names = (posixpath.basename(p) for p in fs.ls(folder, detail=False))
+        return sorted(int(n.split(".")[0]) for n in names if n.endswith(".state"))
+
+    def load(self, partition: int, before: int) -> bytes | None:
+        """The newest snapshot written by a batch before ``before``, if any."""
+        fs, folder = self._folder(partition)
+        earlier = [v for v in self._versions(fs, folder) if v < before]
+        if not earlier:
+            return None
+        data: bytes = fs.cat_file(posixpath.join(folder, f"{earlier[-1]:012d}.state"))
+        return data
+
+    def save(self, partition: int, batch_id: int, data: bytes) -> None:
+        """Write batch ``batch_id``'s snapshot atomically; drop all but the newest two."""
+        fs, folder = self._folder(partition)
+        fs.makedirs(folder, exist_ok=True)
+        target = posixpath.join(folder, f"{batch_id:012d}.state")
+        with fs.open(target + ".tmp", "wb") as out:
+            out.write(data)
+        fs.mv(target + ".tmp", target)
+        for old in self._versions(fs, folder)[:-KEEP_SNAPSHOTS]:
+            fs.rm(posixpath.join(folder, f"{old:012d}.state"))
+
+
+class KeyedRunner:
+    """Applies a keyed stage to one partition of a micro-batch (``mapInArrow``'s function)."""
+
+    def __init__(
+        self,
+        graph: LogicalGraph,
+        stage: Stage,
+        keys: Mapping[str, Callable[[Any], Any]],
+        render: Callable[[Any], str] = render_default,
+        *,
+        state_url: str | None = None,
+        checkpoint: str | None = None,
+    ) -> None:
+        assert stage.grouping is not None  # noqa: S101
+        grouping = graph.step(stage.grouping)
+        assert isinstance(grouping, Grouping)  # noqa: S101
+        self.grouping = grouping
+        self.steps: dict[str, Step] = {sid: graph.step(sid) for sid in stage.steps}
+        self.targets = {
+            sid: [graph.consumer(sid, port) for port in range(step.outputs)]
+            for sid, step in self.steps.items()
+        }
+        self.exits = Exits(graph, keys, render)
+        self.store = StateStore(state_url, grouping.step_id) if state_url else None
+        self.checkpoint = checkpoint
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """All of the partition's rows, in meta order, then the rows leaving the stage."""
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        partition = context.partitionId() if context is not None else 0
+        batch_id = batch_id_of_task()
+        durable = self.store is not None and batch_id >= 0
+        g = self.grouping
+        state = GroupingState(g.step_id, g.window, g.key)
+        if durable:
+            assert self.store is not None  # noqa: S101
+            snapshot = self.store.load(partition, batch_id)
+            if snapshot is not None:
+                state.restore(snapshot)
+        tables = [b for b in batches if b.num_rows]
+        output = None
+        if tables:
+            table = pa.Table.from_batches(tables).sort_by(
+                [("ts", "ascending"), ("front", "ascending"), ("trace", "ascending")]
+            )
+            output = self._run(table, state)
+        if durable:
+            assert self.store is not None  # noqa: S101
+            if self.checkpoint is not None:
+                state.collect_garbage(read_min_time(self.checkpoint, batch_id))
+            self.store.save(partition, batch_id, state.snapshot())
+        if output is not None and output.num_rows:
+            yield output
+
+    def _run(self, table: pa.Table, state: GroupingState) -> pa.RecordBatch:
+        determinants: dict[GlobalTime, tuple[Any, Any]] = {}
+
+        def call(
+            step: Step, fn: Callable[[Any], Any], item: DataItem, *, as_list: bool = False
+        ) -> Any:
+            try:
+                return list(fn(item.payload)) if as_list else fn(item.payload)
+            except Exception as exc:  # a user function failed: name the step and the record
+                where = determinants.get(item.global_time)
+                raise StepError(step.step_id, fn, item.global_time, where, exc) from exc
+
+        handlers: dict[str, Handler] = {}
+        for sid, step in self.steps.items():
+            if sid == self.grouping.step_id:
+                dest = self.targets[sid][0]
+                handlers[sid] = _grouping_handler(state, dest)
+            else:
+                handlers[sid] = stateless_handler(step, self.targets[sid], call)
+        leaving: list[tuple[str, DataItem]] = []
+        columns = {name: table.column(name).to_pylist() for name in ITEM_SCHEMA.names}
+        for ts, front, trace, flags, source, position, to, payload in zip(
+            columns["ts"],
+            columns["front"],
+            columns["trace"],
+            columns["flags"],
+            columns["source"],
+            columns["position"],
+            columns["to"],
+            columns["payload"],
+            strict=True,
+        ):
+            time = GlobalTime(ts, front)
+            determinants.setdefault(time, (source, position))
+            item = DataItem(
+                decode_payload(payload),
+                Meta(time, decode_trace(trace)),
+                may_invalidate=bool(flags & MAY_INVALIDATE),
+                tombstone=bool(flags & TOMBSTONE),
+            )
+            queue: deque[tuple[str, DataItem]] = deque([(to, item)])
+            while queue:  # to quiescence: a key-local cycle comes back to this partition
+                dest, current = queue.popleft()
+                handler = handlers.get(dest)
+                if handler is None:
+                    leaving.append((dest, current))
+                else:
+                    queue.extend(handler(current))
+        return self._rows(leaving, determinants)
+
+    def _rows(
+        self, leaving: list[tuple[str, DataItem]], determinants: dict[GlobalTime, Any]
+    ) -> pa.RecordBatch:
+        out = self.exits.builder()
+        ts, fronts, traces, flags, sources, positions = [], [], [], [], [], []
+        for dest, item in leaving:
+            time = item.global_time
+            source, position = determinants.get(time, (None, None))
+            flag = (MAY_INVALIDATE if item.may_invalidate else 0) | (
+                TOMBSTONE if item.tombstone else 0
+            )
+            ts.append(time.ts)
+            fronts.append(time.front)
+            traces.append(encode_trace(item.meta.trace))
+            flags.append(flag)
+            sources.append(source)
+            positions.append(position)
+            out.add(dest, item.payload, flag, partial(_where, time, (source, position)))
+        return out.batch(
+            pa.array(ts, pa.int64()),
+            pa.array(fronts, pa.int32()),
+            pa.array(traces, pa.binary()),
+            pa.array(flags, pa.int8()),
+            pa.array(sources, pa.string()),
+            pa.array(positions, pa.int64()),
+        )
+
+
+def _where(time: GlobalTime, determinant: Any) -> tuple[GlobalTime, Any]:
+    return time, determinant
+
+
+def _grouping_handler(state: GroupingState, dest: str) -> Handler:
+    def grouping(item: DataItem) -> list[tuple[str, DataItem]]:
+        return [(dest, out) for out in state.receive(item)]
+
+    return grouping
