@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 #: The columns of what ``apply`` returns: the meta, the determinant, the sink, the payload.
-OUTPUT_COLUMNS = ("ts", "front", "trace", "source", "position", "sink", "value")
+OUTPUT_COLUMNS = ("ts", "front", "trace", "flags", "source", "position", "sink", "value")
 
 
 class SparkGraph:
@@ -110,8 +110,10 @@ class SparkGraph:
         ``df`` needs ``ts`` and ``front`` (the global time, as flamestream fronts give it)
         and the ``payload`` column (string: the payload is the text; binary: the bytes);
         ``source`` and ``position`` (the determinant) are carried when present. Returns
-        ``ts, front, trace, source, position, sink, value``: ``value`` is the payload as
-        text (``render``), ``(ts, front, trace)`` its meta, ordered as the model orders them.
+        ``ts, front, trace, flags, source, position, sink, value``: ``value`` is the payload
+        as text (``render``), ``(ts, front, trace)`` its meta, ordered as the model orders
+        them, ``flags`` whether it may invalidate (a replayed version) or is a tombstone: the
+        barrier sink uses both to drop invalidated versions before it releases.
 
         A streaming ``df`` through a graph with groupings needs ``checkpoint_location``, the
         query's checkpoint: the groupings' state is kept under it (``flamestream-graph/``)

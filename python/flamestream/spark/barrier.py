@@ -28,8 +28,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from flamestream.errors import FlameStreamError
-from flamestream.model import END_OF_TIME, GlobalTime
+from flamestream.model import END_OF_TIME, GlobalTime, Meta, invalidates
 from flamestream.spark.front import OFFSET_VERSION
+from flamestream.spark.items import MAY_INVALIDATE, TOMBSTONE, decode_trace
 
 #: Batches of staging and pending files kept behind the newest commit (for inspection).
 KEEP_BATCHES = 2
@@ -135,6 +136,8 @@ class BarrierStore:
             tables.append(_read_arrow(fs, previous["pendingPath"]))
         tables += [_read_arrow(fs, p.path) for p in parts if p is not None and p.rows]
         buffered = pa.concat_tables(tables, promote_options="default") if tables else None
+        if buffered is not None:
+            buffered = drop_invalidated(buffered)
         released_rows = pending_rows = 0
         pending_path = None
         out = None
@@ -194,6 +197,38 @@ class BarrierStore:
                 name = posixpath.basename(path).split(".")[0]
                 if name.isdigit() and int(name) < batch_id - KEEP_BATCHES:
                     fs.rm(path, recursive=True)
+
+
+def drop_invalidated(table: pa.Table) -> pa.Table:
+    """``table`` without tombstones and without rows a newer version in it invalidates.
+
+    Graph outputs carry ``flags`` and ``trace`` (:mod:`flamestream.spark.items`). Only rows
+    flagged may-invalidate can invalidate, and only rows of their own global time, so rows
+    are compared within the global times that have a flagged row; the rest pass untouched.
+    A victim always reaches the sink before the min-time passes its global time, so it is
+    either here (pending or new) or arrives later and is dropped here then.
+    """
+    if "flags" not in table.column_names or not table.num_rows:
+        return table
+    flags = table.column("flags")
+    flagged = pc.not_equal(pc.bit_wise_and(flags, MAY_INVALIDATE | TOMBSTONE), 0)
+    if not pc.any(flagged).as_py():
+        return table
+    ts, fronts = table.column("ts").to_pylist(), table.column("front").to_pylist()
+    flag_list, traces = flags.to_pylist(), table.column("trace").to_pylist()
+    times = {(ts[i], fronts[i]) for i, f in enumerate(flagged.to_pylist()) if f}
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, time in enumerate(zip(ts, fronts, strict=True)):
+        if time in times:
+            groups.setdefault(time, []).append(i)
+    keep = [True] * table.num_rows
+    for time, rows in groups.items():
+        metas = {i: Meta(GlobalTime(*time), decode_trace(traces[i])) for i in rows}
+        newer = [i for i in rows if flag_list[i] & MAY_INVALIDATE]
+        for i in rows:
+            if flag_list[i] & TOMBSTONE or any(invalidates(metas[j], metas[i]) for j in newer):
+                keep[i] = False
+    return table.filter(pa.array(keep))
 
 
 def meta_order(table: pa.Table) -> list[tuple[str, str]]:

@@ -35,6 +35,7 @@ from flamestream.spark.barrier import BarrierStore, StagedPart, below, meta_orde
 from flamestream.spark.config import OptionReader
 from flamestream.spark.faults import crash_point
 from flamestream.spark.front import batch_id_of_task
+from flamestream.spark.items import MAY_INVALIDATE, TOMBSTONE
 
 #: Columns a barrier sink needs: the global time of every row.
 REQUIRED_COLUMNS = ("ts", "front")
@@ -116,8 +117,15 @@ class BarrierWriter(DataSourceStreamArrowWriter):
         return message
 
     def _release_part(self, batch_id: int, partition_id: int, table: pa.Table) -> StagedMessage:
-        """Write the rows below the batch's min-time as this task's part; stage the rest."""
+        """Write the rows below the batch's min-time as this task's part; stage the rest.
+
+        Rows flagged may-invalidate or tombstone (graph outputs after a replay) are staged: an
+        invalidation is decided across the batch and the buffer, in the commit.
+        """
         ready = below(table, read_min_time(self.checkpoint, batch_id))
+        if "flags" in table.column_names:
+            plain = pc.equal(pc.bit_wise_and(table.column("flags"), MAY_INVALIDATE | TOMBSTONE), 0)
+            ready = pc.and_(ready, plain)
         out = table.filter(ready).sort_by(meta_order(table))
         rest = table.filter(pc.invert(ready))
         part = self.store.stage(batch_id, partition_id, rest) if rest.num_rows else None
