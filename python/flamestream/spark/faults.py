@@ -13,7 +13,9 @@ computed, before Spark logs it), ``front.read``
 (a read task has produced part of its range), ``sink.write`` (a write task staged its rows),
 ``sink.commit.start``, ``sink.commit.released`` (output written, marker not yet),
 ``sink.commit.marked`` (marker written, Spark's commit log not yet); and in the kafka sink,
-``sink.kafka.in_transaction`` (records sent in the batch's transaction, not committed).
+``sink.kafka.in_transaction`` (records sent in the batch's transaction, not committed); and
+in graphs' keyed stages, ``graph.keyed.saved`` (a task wrote its state snapshot, its output
+not yet sent on).
 """
 
 from __future__ import annotations

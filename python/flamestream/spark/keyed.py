@@ -35,6 +35,7 @@ from flamestream.model import DataItem, GlobalTime, Meta
 from flamestream.runtime.grouping import GroupingState
 from flamestream.runtime.reference import Handler, stateless_handler
 from flamestream.spark.barrier import read_min_time
+from flamestream.spark.faults import crash_point
 from flamestream.spark.front import batch_id_of_task
 from flamestream.spark.items import (
     ITEM_SCHEMA,
@@ -140,6 +141,7 @@ class KeyedRunner:
             if self.checkpoint is not None:
                 state.collect_garbage(read_min_time(self.checkpoint, batch_id))
             self.store.save(partition, batch_id, state.snapshot())
+            crash_point("graph.keyed.saved", batch_id)
         if output is not None and output.num_rows:
             yield output
 

@@ -1,0 +1,63 @@
+"""Word count on Spark (files front -> graph -> files sink), run as a child by the crash tests.
+
+    python -m tests.spark.graph_crash_job <input dir> <output dir> <checkpoint dir>
+
+Trigger.AvailableNow with maxRecordsPerTrigger and clock=logical: the same input always makes
+the same batches and global times, so an interrupted and restarted run must release exactly
+what an unbroken one does.
+"""
+
+from __future__ import annotations
+
+import sys
+from operator import add
+
+from pyspark.sql import SparkSession
+
+from flamestream import Dataflow, map_reduce
+from flamestream.spark import apply_graph, faults
+
+RECORDS_PER_BATCH = 4
+
+
+def word_count() -> Dataflow:
+    flow = Dataflow("wordcount")
+    words = flow.flat_map("split", flow.source("lines"), str.split)
+    counts = map_reduce(flow, "count", words, mapper=lambda w: (w, 1), reducer=add)
+    flow.sink("out", flow.map("show", counts, lambda r: f"{r.key}={r.value}"))
+    return flow
+
+
+def main(source: str, out: str, checkpoint: str) -> None:
+    faults.arm()
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    df = (
+        spark.readStream.format("flamestream")
+        .option("front", "files")
+        .option("path", source)
+        .option("maxRecordsPerTrigger", RECORDS_PER_BATCH)
+        .option("clock", "logical")
+        .load()
+    )
+    query = (
+        apply_graph(word_count(), df, checkpoint_location=checkpoint)
+        .writeStream.format("flamestream")
+        .option("sink", "files")
+        .option("path", out)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
