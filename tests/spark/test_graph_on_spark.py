@@ -14,6 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from flamestream import Dataflow, map_reduce
 from flamestream.errors import GraphError
+from flamestream.examples import inverted_index as index_example
 from flamestream.spark import SparkGraph, apply_graph
 from flamestream.spark.items import encode_trace
 from flamestream.spark.stages import render_default
@@ -70,11 +71,29 @@ def window3() -> Dataflow:
     return flow
 
 
+def inverted_index() -> Dataflow:
+    """The inverted index example's graph, documents read as lines (doc id: line length)."""
+    flow = Dataflow("inverted_index")
+    documents = flow.map("parse", flow.source("lines"), lambda line: (len(line), line))
+    pairs = flow.flat_map("postings", documents, index_example.postings)
+    index = map_reduce(
+        flow,
+        "index",
+        pairs,
+        mapper=index_example.posting_pair,
+        initial=index_example.first_posting,
+        reducer=index_example.add_posting,
+    )
+    flow.sink("index", index)
+    return flow
+
+
 GRAPHS: dict[str, Callable[[], Dataflow]] = {
     "chain": chain,
     "diamond": diamond,
     "wordcount": word_count,
     "window3": window3,
+    "inverted-index": inverted_index,
 }
 
 
