@@ -356,3 +356,49 @@ def test_late_items_across_batches_replay_and_the_sink_drops_what_they_invalidat
     want = [(s, ts, f, v) for s, ts, f, _, v in expected(flow, read_rows(tmp_path / "fronts"))]
     assert sorted((r.sink, r.ts, r.front, r.value) for r in released) == sorted(want)
     assert any(r.flags & 1 for r in released), "no replayed version was released: no late item"
+
+
+def word_count_latest(*, commutative: bool) -> Dataflow:
+    flow = Dataflow("wordcount")
+    words = flow.flat_map("split", flow.source("lines"), str.split)
+    counts = map_reduce(
+        flow, "count", words, mapper=lambda w: (w, 1), reducer=int.__add__, commutative=commutative
+    )
+    flow.sink("out", flow.map("show", counts, lambda r: f"{r.key}={r.value}"))
+    return flow
+
+
+def test_latest_release_gives_each_batchs_final_count_per_word(spark: SparkSession, tmp_path: Path):
+    folder = tmp_path / "in"
+    for name, lines in TEXT.items():
+        write_lines(folder / name, lines * 3)
+    to_files(fronts(spark, folder, stream=True, limit=4), tmp_path / "fronts", tmp_path / "ck-f")
+    want: dict[str, set[str]] = {}  # batch -> "word=count" after it, for its words
+    totals: dict[str, int] = {}
+    for part in sorted((tmp_path / "fronts").glob("part-*.jsonl")):
+        seen = set()
+        for line in part.read_text().splitlines():
+            for word in json.loads(line)["value"].split():
+                totals[word] = totals.get(word, 0) + 1
+                seen.add(word)
+        want[part.name.split("-")[1].split(".")[0]] = {f"{w}={totals[w]}" for w in seen}
+    assert len(want) > 3
+    for commutative in (True, False):
+        graph = SparkGraph(word_count_latest(commutative=commutative), release="latest")
+        assert ("into: count.merge" in graph.describe()) == commutative
+        out, ck = tmp_path / f"out-{commutative}", tmp_path / f"ck-{commutative}"
+        df = fronts(spark, folder, stream=True, limit=4).repartition(2)
+        to_files(graph.apply(df, checkpoint_location=str(ck)), out, ck)
+        got = {
+            part.name.split("-")[1].split(".")[0]: [
+                json.loads(line)["value"] for line in part.read_text().splitlines()
+            ]
+            for part in sorted(out.glob("part-*.jsonl"))
+        }
+        assert {batch: set(values) for batch, values in got.items()} == want
+        assert all(len(values) == len(set(values)) for values in got.values())
+
+
+def test_latest_release_needs_map_reduce():
+    with pytest.raises(GraphError, match=r"by-letter.*release='latest'"):
+        SparkGraph(window3(), release="latest")

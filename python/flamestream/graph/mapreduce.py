@@ -75,6 +75,13 @@ class _ReduceStep:
 
     initial: Callable[[Any], Any]
     reducer: Callable[[Any, Any], Any]
+    #: The user declared ``reducer`` associative and commutative (see :func:`map_reduce`).
+    commutative: bool = False
+
+    @property
+    def combinable(self) -> bool:
+        """Whether mapped values may be pre-combined: commutative, and no ``initial``."""
+        return self.commutative and self.initial is _identity
 
     def __call__(self, window: tuple[Any, ...]) -> Reduced[Any, Any]:
         mapped = window[-1]
@@ -91,6 +98,7 @@ def map_reduce(
     mapper: Callable[[Any], tuple[Any, Any]],
     reducer: Callable[[Any, Any], Any],
     initial: Callable[[Any], Any] = _identity,
+    commutative: bool = False,
 ) -> Stream:
     """Add the §2.3 MapReduce graph to ``flow`` and return its stream of :class:`Reduced`.
 
@@ -98,6 +106,12 @@ def map_reduce(
     ``initial(value)``, and each later one is folded in with ``reducer(acc, value)``. The inner
     steps are named ``{step_id}.map``, ``.merge``, ``.grouping``, ``.filter``, ``.reduce`` and
     ``.broadcast``.
+
+    ``commutative=True`` declares ``reducer`` associative and commutative over values (as
+    addition is). It changes nothing in the model; where only the latest value per key and
+    tick is released (``SparkGraph(..., release="latest")``), it lets the Spark runtime
+    pre-combine a task's mapped values per key before the shuffle (with the default
+    ``initial`` only: values and accumulators must be alike).
 
     >>> from flamestream.testing import run_in_order
     >>> flow = Dataflow("count")
@@ -125,7 +139,8 @@ def map_reduce(
     # alike, so the filter's answer is version-stable and dropped replays need no tombstone.
     filter_step = Filter(f"{step_id}.filter", _ends_with_mapped, version_stable=True)
     (fresh,) = flow.add_step(filter_step, tuples)
-    (reduced,) = flow.add_step(Map(f"{step_id}.reduce", _ReduceStep(initial, reducer)), fresh)
+    reduce_step = Map(f"{step_id}.reduce", _ReduceStep(initial, reducer, commutative))
+    (reduced,) = flow.add_step(reduce_step, fresh)
     out, back = flow.add_step(Broadcast(f"{step_id}.broadcast", 2), reduced)
     flow.add_merge_input(merged, back)
     return out

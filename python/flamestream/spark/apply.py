@@ -38,6 +38,8 @@ from flamestream.spark.stages import (
     StageRunner,
     keyed_entries,
     plan_stages,
+    precombiners,
+    reduce_step_of,
     render_default,
 )
 
@@ -49,7 +51,15 @@ OUTPUT_COLUMNS = ("ts", "front", "trace", "flags", "source", "position", "sink",
 
 
 class SparkGraph:
-    """A graph compiled for Spark; ``apply`` it to as many DataFrames as you like."""
+    """A graph compiled for Spark; ``apply`` it to as many DataFrames as you like.
+
+    ``fusion=False`` runs every stateless step as its own pass (for comparison).
+    ``partitions`` is the number of key partitions of keyed stages (default
+    ``spark.sql.shuffle.partitions``; fixed for a checkpoint). ``release="latest"`` (graphs
+    whose groupings are map_reduce's) releases per batch only the latest value of each key
+    instead of every update, and pre-combines mapped values on the map side where the reducer
+    is declared ``commutative``; the default ``"every"`` releases what the model releases.
+    """
 
     def __init__(
         self,
@@ -58,6 +68,7 @@ class SparkGraph:
         fusion: bool = True,
         render: Callable[[Any], str] = render_default,
         partitions: int | None = None,
+        release: str = "every",
     ) -> None:
         self.graph = flow.build() if isinstance(flow, Dataflow) else flow
         self.fusion = fusion
@@ -65,6 +76,20 @@ class SparkGraph:
         self.partitions = partitions
         self.stages = plan_stages(self.graph, fusion=fusion)
         self.keys = keyed_entries(self.graph, self.stages)
+        if release not in ("every", "latest"):
+            raise GraphError(self.graph.name, "release 'every' or 'latest'", repr(release), "")
+        self.release = release
+        self.precombine: dict[str, Callable[[Any, Any], Any]] = {}
+        if release == "latest":
+            for stage in self.stages:
+                if stage.grouping and reduce_step_of(self.graph, stage) is None:
+                    raise GraphError(
+                        stage.grouping,
+                        "release='latest' on graphs whose groupings are map_reduce's",
+                        "a grouping without a reduce step",
+                        "use release='every', or build the aggregation with map_reduce",
+                    )
+            self.precombine = precombiners(self.graph, self.stages)
         sources = [sid for sid, step in self.graph.steps.items() if isinstance(step, Source)]
         if len(sources) != 1:
             raise GraphError(
@@ -83,6 +108,12 @@ class SparkGraph:
         count = len(self.stages)
         lines = [f"graph {self.graph.name}: {count} stage{'s' * (count != 1)}, fusion {mode}"]
         lines.append(f"  source {self.source} -> {self._where(self.graph.consumer(self.source))}")
+        if self.release == "latest":
+            combined = ", ".join(sorted(self.precombine)) or "none"
+            lines.append(
+                f"  release latest: one value per key per batch; map-side pre-combining "
+                f"into: {combined}"
+            )
         for stage in self.stages:
             leaving = sorted({self._where(dest) for dest in self._leaving(stage)})
             if stage.grouping:
@@ -173,6 +204,7 @@ class SparkGraph:
                 self.render,
                 state_url=state_url,
                 checkpoint=checkpoint_location if state_url else None,
+                latest=self.release == "latest",
             )
             shuffled = stage_input.repartition(partitions, F.col("key"))
             outputs[stage.index] = shuffled.mapInArrow(_named(keyed, stage.name), ITEM_DDL)
@@ -227,7 +259,8 @@ class SparkGraph:
 
     def _runner(self, stage: Stage) -> Callable[..., Any]:
         name = stage.name if stage.steps else "flamestream_key"
-        return _named(StageRunner(self.graph, stage, self.keys, self.render), name)
+        runner = StageRunner(self.graph, stage, self.keys, self.render, self.precombine)
+        return _named(runner, name)
 
     def _leaving(self, stage: Stage) -> list[str]:
         inside = set(stage.steps)
@@ -282,7 +315,8 @@ def apply_graph(
     render: Callable[[Any], str] = render_default,
     partitions: int | None = None,
     checkpoint_location: str | None = None,
+    release: str = "every",
 ) -> DataFrame:
     """Compile ``flow`` and apply it to ``df``: see :meth:`SparkGraph.apply`."""
-    graph = SparkGraph(flow, fusion=fusion, render=render, partitions=partitions)
+    graph = SparkGraph(flow, fusion=fusion, render=render, partitions=partitions, release=release)
     return graph.apply(df, payload=payload, checkpoint_location=checkpoint_location)

@@ -100,6 +100,7 @@ class KeyedRunner:
         *,
         state_url: str | None = None,
         checkpoint: str | None = None,
+        latest: bool = False,
     ) -> None:
         assert stage.grouping is not None  # noqa: S101
         grouping = graph.step(stage.grouping)
@@ -113,6 +114,7 @@ class KeyedRunner:
         self.exits = Exits(graph, keys, render)
         self.store = StateStore(state_url, grouping.step_id) if state_url else None
         self.checkpoint = checkpoint
+        self.latest = latest  #: release="latest": one item per key and destination per batch
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """All of the partition's rows, in meta order, then the rows leaving the stage."""
@@ -193,7 +195,24 @@ class KeyedRunner:
                     leaving.append((dest, current))
                 else:
                     queue.extend(handler(current))
+        if self.latest:
+            leaving = self._latest(leaving)
         return self._rows(leaving, determinants)
+
+    def _latest(self, leaving: list[tuple[str, DataItem]]) -> list[tuple[str, DataItem]]:
+        """Per destination and key, only the item with the greatest meta (tombstones stay)."""
+        key = self.grouping.key
+        latest: dict[tuple[str, Any], DataItem] = {}
+        kept: list[tuple[str, DataItem]] = []
+        for dest, item in leaving:
+            if item.tombstone:
+                kept.append((dest, item))
+                continue
+            slot = (dest, key(item.payload))
+            held = latest.get(slot)
+            if held is None or held.meta < item.meta:
+                latest[slot] = item
+        return kept + [(dest, item) for (dest, _), item in latest.items()]
 
     def _rows(
         self, leaving: list[tuple[str, DataItem]], determinants: dict[GlobalTime, Any]

@@ -248,6 +248,27 @@ def keyed_entries(graph: LogicalGraph, stages: list[Stage]) -> dict[str, Callabl
     return keys
 
 
+def reduce_step_of(graph: LogicalGraph, stage: Stage) -> Any:
+    """The map_reduce reducer (``_ReduceStep``) running in a keyed stage, or None."""
+    from flamestream.graph.mapreduce import _ReduceStep
+
+    for sid in stage.steps:
+        step = graph.step(sid)
+        if isinstance(step, Map) and isinstance(step.fn, _ReduceStep):
+            return step.fn
+    return None
+
+
+def precombiners(graph: LogicalGraph, stages: list[Stage]) -> dict[str, Callable[[Any, Any], Any]]:
+    """Per keyed entry of a map_reduce whose reducer may pre-combine, that reducer."""
+    combine: dict[str, Callable[[Any, Any], Any]] = {}
+    for stage in stages:
+        reduce = reduce_step_of(graph, stage) if stage.grouping else None
+        if reduce is not None and reduce.combinable:
+            combine.update(dict.fromkeys(stage.entries, reduce.reducer))
+    return combine
+
+
 def render_default(payload: Any) -> str:
     """Text as is, bytes decoded as UTF-8 (bad bytes escaped), anything else as ``repr``."""
     if isinstance(payload, str):
@@ -278,8 +299,10 @@ class StageRunner:
         stage: Stage,
         keys: Mapping[str, Callable[[Any], Any]],
         render: Callable[[Any], str] = render_default,
+        precombine: Mapping[str, Callable[[Any, Any], Any]] | None = None,
     ) -> None:
         self.stage = stage
+        self.precombine = dict(precombine or {})
         self.steps: list[Step] = [graph.step(sid) for sid in stage.steps]
         self.consumers = {
             step.step_id: [graph.consumer(step.step_id, p) for p in range(step.outputs)]
@@ -407,6 +430,8 @@ class StageRunner:
         old_traces = batch.column("trace").to_pylist()
         suffix_bytes: dict[tuple[LocalTime, ...], bytes] = {}
         out = self.exits.builder()
+        for dest in [d for d in leaving if d in self.precombine]:
+            leaving[dest] = self._combined(batch, leaving[dest], self.precombine[dest])
         for dest, items in leaving.items():
             for row, suffix, payload, flag in zip(
                 items.rows, items.suffixes, items.payloads, items.flags, strict=True
@@ -427,6 +452,48 @@ class StageRunner:
             pc.take(batch.column("source"), taken),
             pc.take(batch.column("position"), taken),
         )
+
+    @staticmethod
+    def _combined(
+        batch: pa.RecordBatch, items: _Items, reducer: Callable[[Any, Any], Any]
+    ) -> _Items:
+        """Mapped items of one key folded into one, with the meta of the latest of them.
+
+        Only with ``release="latest"`` and a reducer declared commutative: the key's value at
+        the end of the tick is the same, whichever items were combined where.
+        """
+        from flamestream.graph.mapreduce import Mapped
+
+        ts, fronts = batch.column("ts").to_pylist(), batch.column("front").to_pylist()
+        traces = batch.column("trace").to_pylist()
+        best: dict[Any, int] = {}  # key -> index of its latest item
+        values: dict[Any, Any] = {}
+        out = _Items()
+        for k, (row, suffix, payload, flag) in enumerate(
+            zip(items.rows, items.suffixes, items.payloads, items.flags, strict=True)
+        ):
+            if flag or not isinstance(payload, Mapped):  # tombstones, replays: as they are
+                out.rows.append(row)
+                out.suffixes.append(suffix)
+                out.payloads.append(payload)
+                out.flags.append(flag)
+                continue
+            key = payload.key
+            if key in values:
+                values[key] = reducer(values[key], payload.value)
+                j = best[key]
+                here = (ts[row], fronts[row], traces[row], suffix)
+                there = (ts[items.rows[j]], fronts[items.rows[j]], traces[items.rows[j]])
+                if here > (*there, items.suffixes[j]):
+                    best[key] = k
+            else:
+                values[key], best[key] = payload.value, k
+        for key, k in best.items():
+            out.rows.append(items.rows[k])
+            out.suffixes.append(items.suffixes[k])
+            out.payloads.append(Mapped(key, values[key]))
+            out.flags.append(0)
+        return out
 
 
 def _determinant(batch: pa.RecordBatch, row: int) -> tuple[GlobalTime, Any]:
