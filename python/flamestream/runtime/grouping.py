@@ -112,6 +112,15 @@ class GroupingState:
         except Exception as exc:
             raise StepError(self.step_id, self._key, item.global_time, None, exc) from exc
         bucket = self._buckets.setdefault(key, Bucket())
+        if not dirty and (not bucket.items or bucket.items[-1].meta < item.meta):
+            # In order, nothing removed: the new item goes last and only its own tuple
+            # changes; the general path below would emit exactly this, more slowly.
+            bucket.items.append(item)
+            if len(bucket.items) >= self.window:
+                self._oversized.add(key)
+            self._remember(key, item)
+            out.append(self._emit(bucket, len(bucket.items) - 1, first=True))
+            return out
         position = bisect_left(bucket.items, item.meta, key=_meta_of)
         if position < len(bucket.items) and bucket.items[position].meta == item.meta:
             msg = f"grouping {self.step_id!r}: item {item.meta} arrived twice; metas are unique"

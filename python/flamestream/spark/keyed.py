@@ -19,6 +19,7 @@ batch id and the state lives for the task only.
 
 from __future__ import annotations
 
+import gc
 import posixpath
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
@@ -117,7 +118,21 @@ class KeyedRunner:
         self.latest = latest  #: release="latest": one item per key and destination per batch
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """All of the partition's rows, in meta order, then the rows leaving the stage."""
+        """All of the partition's rows, in meta order, then the rows leaving the stage.
+
+        Python's cyclic garbage collector is paused meanwhile: the state holds every item of
+        the batch until the end-of-batch GC, and the collector kept re-scanning them (about
+        40% of the stage's time); nothing here makes reference cycles that need it.
+        """
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            yield from self._partition(batches)
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    def _partition(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
         context = TaskContext.get()

@@ -349,7 +349,7 @@ class StageRunner:
                 out = _Items()
                 local = LocalTime(0, port)
                 out.rows = list(items.rows)
-                out.suffixes = [(*s, local) for s in items.suffixes]
+                out.suffixes = _extended(items.suffixes, local)
                 out.payloads = list(items.payloads)
                 out.flags = list(items.flags)
                 copies.append(out)
@@ -357,14 +357,14 @@ class StageRunner:
         out = _Items()
         if isinstance(step, Merge):
             out.rows, out.payloads, out.flags = items.rows, items.payloads, items.flags
-            out.suffixes = [(*s, _STATELESS_LOCAL) for s in items.suffixes]
+            out.suffixes = _extended(items.suffixes, _STATELESS_LOCAL)
             return [out]
         if isinstance(step, Map):
             fn = step.fn
             results = self._call(step, items, batch, lambda p: fn(p))
             out.rows, out.flags = items.rows, items.flags
             out.payloads = results
-            out.suffixes = [(*s, _STATELESS_LOCAL) for s in items.suffixes]
+            out.suffixes = _extended(items.suffixes, _STATELESS_LOCAL)
             return [out]
         if isinstance(step, Filter):
             predicate = step.predicate
@@ -379,19 +379,26 @@ class StageRunner:
                 else:
                     continue
                 out.rows.append(items.rows[k])
-                out.suffixes.append((*items.suffixes[k], _STATELESS_LOCAL))
+                out.suffixes.append(items.suffixes[k])
                 out.flags.append(flag)
+            out.suffixes = _extended(out.suffixes, _STATELESS_LOCAL)
             return [out]
         if isinstance(step, FlatMap):
             fn = step.fn
             expanded = self._call(step, items, batch, lambda p: list(fn(p)))
+            extend: dict[tuple[int, int], tuple[LocalTime, ...]] = {}
             for k, children in enumerate(expanded):
                 flag = items.flags[k]
                 if not children and flag & MAY_INVALIDATE:
                     children, flag = [None], flag | TOMBSTONE
+                suffix, row = items.suffixes[k], items.rows[k]
                 for child, payload in enumerate(children):
-                    out.rows.append(items.rows[k])
-                    out.suffixes.append((*items.suffixes[k], LocalTime(0, child)))
+                    slot = (id(suffix), child)
+                    longer = extend.get(slot)
+                    if longer is None:
+                        longer = extend[slot] = (*suffix, _child_local(child))
+                    out.rows.append(row)
+                    out.suffixes.append(longer)
                     out.payloads.append(payload)
                     out.flags.append(flag)
             return [out]
@@ -428,7 +435,7 @@ class StageRunner:
         traces: list[bytes] = []
         flags: list[int] = []
         old_traces = batch.column("trace").to_pylist()
-        suffix_bytes: dict[tuple[LocalTime, ...], bytes] = {}
+        suffix_bytes: dict[int, bytes] = {}  # by id: suffixes are shared tuples (_extended)
         out = self.exits.builder()
         for dest in [d for d in leaving if d in self.precombine]:
             leaving[dest] = self._combined(batch, leaving[dest], self.precombine[dest])
@@ -436,9 +443,9 @@ class StageRunner:
             for row, suffix, payload, flag in zip(
                 items.rows, items.suffixes, items.payloads, items.flags, strict=True
             ):
-                encoded = suffix_bytes.get(suffix)
+                encoded = suffix_bytes.get(id(suffix))
                 if encoded is None:
-                    encoded = suffix_bytes[suffix] = encode_trace(suffix)
+                    encoded = suffix_bytes[id(suffix)] = encode_trace(suffix)
                 rows.append(row)
                 traces.append(old_traces[row] + encoded)
                 flags.append(flag)
@@ -574,6 +581,33 @@ class ExitRows:
             pa.array(self.values, pa.string()),
         ]
         return pa.RecordBatch.from_arrays(columns, schema=ITEM_SCHEMA)
+
+
+def _extended(
+    suffixes: list[tuple[LocalTime, ...]], local: LocalTime
+) -> list[tuple[LocalTime, ...]]:
+    """Each suffix with ``local`` appended; equal inputs share one output tuple.
+
+    Items of a batch carry only a handful of distinct suffixes, so extending each distinct
+    one once (keyed by identity: the lists hold shared tuples) saves a tuple per item.
+    """
+    cache: dict[int, tuple[LocalTime, ...]] = {}
+    out: list[tuple[LocalTime, ...]] = []
+    append = out.append
+    for suffix in suffixes:
+        longer = cache.get(id(suffix))
+        if longer is None:
+            longer = cache[id(suffix)] = (*suffix, local)
+        append(longer)
+    return out
+
+
+_CHILD_LOCALS = tuple(LocalTime(0, child) for child in range(64))
+
+
+def _child_local(child: int) -> LocalTime:
+    """``LocalTime(0, child)``, shared for the common small indexes."""
+    return _CHILD_LOCALS[child] if child < len(_CHILD_LOCALS) else LocalTime(0, child)
 
 
 def _tombstone_result(step: Step) -> Any:
