@@ -40,9 +40,10 @@ unit: setup  ## only the fast unit tests (no Spark)
 bench: setup  ## run the benchmark harness, print JSON ratios
 	$(PY) -m benchmarks.bench
 
-bench-spark: setup  ## Spark benchmarks: files passthrough and Kafka front vs Spark's built-ins
+bench-spark: setup  ## Spark benchmarks: connectors vs Spark's built-ins, graphs vs plain PySpark
 	$(PY) -m benchmarks.spark_passthrough
 	$(PY) -m benchmarks.spark_kafka
+	$(PY) -m benchmarks.spark_graphs
 
 format: setup  ## apply ruff's fixes and formatting
 	$(PY) -m ruff check --fix python tests benchmarks
