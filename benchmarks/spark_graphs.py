@@ -34,17 +34,15 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 import zlib
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime
 from functools import partial
 from operator import add
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import Run, local_spark, run_query
 from benchmarks.spark_passthrough import LINE_BYTES, generate, line
 
 #: The cases and, per case, its two variants (the first is measured against the second).
@@ -117,49 +115,6 @@ def chain_expected(lines: int) -> tuple[int, int]:
     return rows, checksum
 
 
-@dataclass
-class Run:
-    """One timed query."""
-
-    seconds: float  #: wall seconds from start() to the query's termination
-    batches: int  #: micro-batches that read rows
-    first_batch: float  #: seconds from start() to the first batch's trigger
-    add_batch: float  #: seconds the batches spent in addBatch (reading, the graph, writing)
-    triggers: float  #: seconds of the batches' triggerExecution, summed (steady state)
-    metrics: dict[str, int] = field(default_factory=dict)  #: observed metrics, summed
-
-
-def run_query(writer: Any, timeout: float) -> Run:
-    """Start a defined query, wait for it to end, summarize its progress."""
-    wall, began = time.time(), time.perf_counter()
-    query = writer.start()
-    query.awaitTermination(timeout)
-    elapsed = time.perf_counter() - began
-    if query.isActive:
-        query.stop()
-        msg = f"query {query.name or query.id} did not finish within {timeout} s"
-        raise TimeoutError(msg)
-    if query.exception() is not None:
-        raise query.exception()
-    progress = [p for p in query.recentProgress if p["numInputRows"]]
-    first = min(
-        (datetime.fromisoformat(p["timestamp"]).timestamp() for p in progress), default=wall
-    )
-    metrics: Counter[str] = Counter()
-    for p in query.recentProgress:
-        observed = p["observedMetrics"].get(CHAIN_METRICS)
-        if observed is not None:
-            metrics.update({k: int(v or 0) for k, v in observed.asDict().items()})
-    return Run(
-        seconds=elapsed,
-        batches=len(progress),
-        first_batch=first - wall,
-        add_batch=sum(p["durationMs"].get("addBatch", 0) for p in progress) / 1000,
-        triggers=sum(p["durationMs"].get("triggerExecution", 0) for p in progress) / 1000,
-        metrics=dict(metrics),
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the cases, check their outputs, print JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -188,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.batches < 1 or args.files % args.batches:
         parser.error(f"--batches must divide --files ({args.files}); got {args.batches}")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import DataFrame, SparkSession  # imported here: the input needs no Spark
+    from pyspark.sql import DataFrame  # imported here: the input needs no Spark
     from pyspark.sql import functions as F
 
     from flamestream.spark import apply_graph
@@ -200,15 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     words = sum(counts.values())
     chain_want = chain_expected(args.lines) if "chain" in args.cases else (0, 0)
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("flamestream-spark-graphs")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_spark("flamestream-spark-graphs")
     spark_version = spark.version
 
     def fronts() -> DataFrame:
@@ -355,7 +302,9 @@ def main(argv: list[str] | None = None) -> int:
             for (case, variant), define in definitions.items():  # interleaved
                 counter += 1
                 out, checkpoint = work / f"out-{counter}", work / f"ck-{counter}"
-                run = run_query(define(out, checkpoint), args.timeout)
+                run = run_query(
+                    partial(define, out, checkpoint), args.timeout, observed=CHAIN_METRICS
+                )
                 (warmups if attempt < args.warmup else runs)[case, variant].append(run)
                 problem, rows = check(variant, out, run)
                 written[case, variant].add(rows)

@@ -35,11 +35,12 @@ import uuid
 import warnings
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import Run, local_spark, run_query
 from benchmarks.spark_passthrough import line
 from flamestream.testing_kafka import KAFKA_VERSION, KafkaBroker
 
@@ -133,54 +134,6 @@ def produce(
     return elapsed, Check(records, keys_crc, values_crc)
 
 
-@dataclass
-class Run:
-    """One timed query."""
-
-    define: float  #: seconds to define the streaming DataFrame and its writer
-    seconds: float  #: wall seconds from start() to the query's termination
-    rows: int  #: input rows over all batches
-    batches: int  #: micro-batches that read rows
-    first_batch: float  #: seconds from start() to the first batch's trigger
-    add_batch: float  #: seconds the batches spent in addBatch (reading and writing)
-    trigger: float  #: seconds of the batches' triggerExecution (planning + addBatch + commit)
-    durations: dict[str, float] = field(default_factory=dict)  #: durationMs summed, in s
-
-
-def run_query(define: Callable[[Path], Any], checkpoint: Path, timeout: float) -> Run:
-    """Define a query, start it, wait for it to end, collect its progress."""
-    began = time.perf_counter()
-    writer = define(checkpoint)
-    defined, wall = time.perf_counter(), time.time()
-    query = writer.start()
-    query.awaitTermination(timeout)
-    elapsed = time.perf_counter() - defined
-    if query.isActive:
-        query.stop()
-        msg = f"query {query.name or query.id} did not finish within {timeout} s"
-        raise TimeoutError(msg)
-    if query.exception() is not None:
-        raise query.exception()
-    progress = [p for p in query.recentProgress if p["numInputRows"]]
-    first = min(
-        (datetime.fromisoformat(p["timestamp"]).timestamp() for p in progress), default=wall
-    )
-    durations: dict[str, float] = {}
-    for p in progress:
-        for name, ms in p["durationMs"].items():
-            durations[name] = durations.get(name, 0.0) + ms / 1000
-    return Run(
-        define=defined - began,
-        seconds=elapsed,
-        rows=sum(int(p["numInputRows"]) for p in progress),
-        batches=len(progress),
-        first_batch=first - wall,
-        add_batch=durations.get("addBatch", 0.0),
-        trigger=durations.get("triggerExecution", 0.0),
-        durations=durations,
-    )
-
-
 def scala_binary_version() -> str:
     """The Scala binary version of PySpark's jars (``2.13``), from its scala-library jar."""
     import pyspark
@@ -195,20 +148,7 @@ def scala_binary_version() -> str:
 
 def start_spark(connector: dict[str, str]) -> Any:
     """The benchmark's SparkSession, with the Kafka connector's confs."""
-    from pyspark.sql import SparkSession
-
-    builder = (
-        SparkSession.builder.master("local[2]")
-        .appName("flamestream-spark-kafka")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-    )
-    for name, setting in connector.items():
-        builder = builder.config(name, setting)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return local_spark("flamestream-spark-kafka", connector)
 
 
 def start_spark_with_connector(
@@ -341,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
                     .trigger(availableNow=True)
                 )
 
-            run_query(define, checkpoint, args.timeout)
+            run_query(partial(define, checkpoint), args.timeout)
             return Check(*totals)
 
         cases: dict[str, Callable[[], Any]] = {"flamestream": flamestream, "builtin": builtin}
@@ -352,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
             for case, source in cases.items():  # interleaved: drift hits both cases alike
                 counter += 1
                 checkpoint = work / f"ck-{counter}"
-                run = run_query(timed(source), checkpoint, args.timeout)
+                run = run_query(partial(timed(source), checkpoint), args.timeout)
                 (warmups if attempt < args.warmup else runs)[case].append(run)
                 shutil.rmtree(checkpoint, ignore_errors=True)
         checks: dict[str, Check] = {}
@@ -382,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     median = {case: statistics.median(r.seconds for r in done) for case, done in runs.items()}
     rate = {case: args.records / seconds for case, seconds in median.items()}
     steady = {
-        case: args.records / statistics.median(r.trigger for r in done)
+        case: args.records / statistics.median(r.triggers for r in done)
         for case, done in runs.items()
     }
     ratio = rate["flamestream"] / rate["builtin"]
@@ -431,9 +371,9 @@ def main(argv: list[str] | None = None) -> int:
                 "define": round(statistics.median(r.define for r in done), 3),
                 "start_to_first_batch": round(statistics.median(r.first_batch for r in done), 3),
                 "add_batch": round(statistics.median(r.add_batch for r in done), 3),
-                "trigger_execution": round(statistics.median(r.trigger for r in done), 3),
+                "trigger_execution": round(statistics.median(r.triggers for r in done), 3),
                 "after_last_batch": round(
-                    statistics.median(r.seconds - r.first_batch - r.trigger for r in done), 3
+                    statistics.median(r.seconds - r.first_batch - r.triggers for r in done), 3
                 ),
             }
             for case, done in runs.items()

@@ -26,12 +26,12 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+from benchmarks.common import Run, local_spark, run_query
 
 #: Every generated line is this long, newline included.
 LINE_BYTES = 60
@@ -67,48 +67,6 @@ def generate(folder: Path, lines: int, files: int) -> int:
     return total
 
 
-@dataclass
-class Run:
-    """One timed query."""
-
-    define: float  #: seconds to define the streaming DataFrame and its writer
-    seconds: float  #: wall seconds from start() to the query's termination
-    batches: int  #: micro-batches that read rows
-    first_batch: float  #: seconds from start() to the first batch's trigger
-    add_batch: float  #: seconds the batches spent in addBatch (reading and writing)
-    triggers: float = 0.0  #: seconds of the batches' triggerExecution, summed (steady state)
-
-
-def run_query(
-    define: Callable[[Path, Path], Any], out: Path, checkpoint: Path, timeout: float
-) -> Run:
-    """Define a query, start it, wait for it to end."""
-    began = time.perf_counter()
-    writer = define(out, checkpoint)
-    defined, wall = time.perf_counter(), time.time()
-    query = writer.start()
-    query.awaitTermination(timeout)
-    elapsed = time.perf_counter() - defined
-    if query.isActive:
-        query.stop()
-        msg = f"query {query.name or query.id} did not finish within {timeout} s"
-        raise TimeoutError(msg)
-    if query.exception() is not None:
-        raise query.exception()
-    progress = [p for p in query.recentProgress if p["numInputRows"]]
-    first = min(
-        (datetime.fromisoformat(p["timestamp"]).timestamp() for p in progress), default=wall
-    )
-    return Run(
-        define=defined - began,
-        seconds=elapsed,
-        batches=len(progress),
-        first_batch=first - wall,
-        add_batch=sum(p["durationMs"].get("addBatch", 0) for p in progress) / 1000,
-        triggers=sum(p["durationMs"].get("triggerExecution", 0) for p in progress) / 1000,
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run both cases, check they wrote the same rows, print JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -130,22 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.batches < 1 or args.files % args.batches:
         parser.error(f"--batches must divide --files ({args.files}); got {args.batches}")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession  # imported here: generating the input needs no Spark
     from pyspark.sql import functions as F
 
     work = args.work or Path(tempfile.mkdtemp(prefix="flamestream-bench-"))
     source = work / "in"
     input_bytes = generate(source, args.lines, args.files)
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("flamestream-spark-passthrough")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_spark("flamestream-spark-passthrough")
     spark_version = spark.version
 
     def flamestream_with(release: str) -> Callable[[Path, Path], Any]:
@@ -207,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             for case, define in cases.items():  # interleaved: drift hits both cases alike
                 counter += 1
                 out, checkpoint = work / f"out-{counter}", work / f"ck-{counter}"
-                run = run_query(define, out, checkpoint, args.timeout)
+                run = run_query(partial(define, out, checkpoint), args.timeout)
                 (warmups if attempt < args.warmup else runs)[case].append(run)
                 checks[case].add(written(case, out))
                 shutil.rmtree(out, ignore_errors=True)

@@ -1,0 +1,93 @@
+"""What the Spark benchmarks share: the local session, and timing a query from its progress."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass
+class Run:
+    """One timed streaming query."""
+
+    define: float  #: seconds to define the DataFrame and its writer (not in ``seconds``)
+    seconds: float  #: wall seconds from start() to the query's termination
+    rows: int  #: input rows over the batches
+    batches: int  #: micro-batches that read rows
+    first_batch: float  #: seconds from start() to the first batch's trigger
+    durations: dict[str, float] = field(default_factory=dict)  #: durationMs summed, in s
+    metrics: dict[str, int] = field(default_factory=dict)  #: observed metrics, summed
+
+    @property
+    def add_batch(self) -> float:
+        """Seconds the batches spent in addBatch (the tasks, and for a sink its commit)."""
+        return self.durations.get("addBatch", 0.0)
+
+    @property
+    def triggers(self) -> float:
+        """Seconds of the batches' triggerExecution, summed: the steady-state time."""
+        return self.durations.get("triggerExecution", 0.0)
+
+
+def run_query(define: Callable[[], Any], timeout: float, *, observed: str | None = None) -> Run:
+    """Define a query (``define()`` returns its writer), start it, wait, summarize progress.
+
+    ``observed`` names a ``DataFrame.observe`` whose metrics are summed over the batches.
+    """
+    began = time.perf_counter()
+    writer = define()
+    defined, wall = time.perf_counter(), time.time()
+    query = writer.start()
+    query.awaitTermination(timeout)
+    elapsed = time.perf_counter() - defined
+    if query.isActive:
+        query.stop()
+        msg = f"query {query.name or query.id} did not finish within {timeout} s"
+        raise TimeoutError(msg)
+    if query.exception() is not None:
+        raise query.exception()
+    progress = [p for p in query.recentProgress if p["numInputRows"]]
+    first = min(
+        (datetime.fromisoformat(p["timestamp"]).timestamp() for p in progress), default=wall
+    )
+    durations: dict[str, float] = {}
+    for p in progress:
+        for name, ms in p["durationMs"].items():
+            durations[name] = durations.get(name, 0.0) + ms / 1000
+    metrics: Counter[str] = Counter()
+    if observed is not None:
+        for p in query.recentProgress:
+            row = p["observedMetrics"].get(observed)
+            if row is not None:
+                metrics.update({k: int(v or 0) for k, v in row.asDict().items()})
+    return Run(
+        define=defined - began,
+        seconds=elapsed,
+        rows=sum(int(p["numInputRows"]) for p in progress),
+        batches=len(progress),
+        first_batch=first - wall,
+        durations=durations,
+        metrics=dict(metrics),
+    )
+
+
+def local_spark(app: str, conf: Mapping[str, str] | None = None) -> Any:
+    """The benchmarks' SparkSession: ``local[2]``, 2 shuffle partitions, UI and progress off."""
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .appName(app)
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+    )
+    for name, setting in (conf or {}).items():
+        builder = builder.config(name, setting)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
