@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -91,3 +92,49 @@ def local_spark(app: str, conf: Mapping[str, str] | None = None) -> Any:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+@dataclass
+class Timings:
+    """Per case: median wall seconds and rates over the timed runs, and the JSON about them."""
+
+    rate: dict[str, float]  #: rows per wall second
+    steady: dict[str, float]  #: rows per second of trigger execution
+    report: dict[str, Any]  #: seconds, rates, batches and median phases, ready for the JSON
+
+
+def timings(rows: int, runs: Mapping[str, list[Run]], warmups: Mapping[str, list[Run]]) -> Timings:
+    """Summarize each case's runs (``rows`` input rows per run) the way every benchmark reports."""
+    median = {case: statistics.median(r.seconds for r in done) for case, done in runs.items()}
+    rate = {case: rows / seconds for case, seconds in median.items()}
+    steady = {
+        case: rows / statistics.median(r.triggers for r in done) for case, done in runs.items()
+    }
+
+    def phase(done: list[Run], value: Callable[[Run], float]) -> float:
+        return round(statistics.median(value(r) for r in done), 3)
+
+    report = {
+        "seconds": {
+            case: {
+                "median": round(median[case], 3),
+                "runs": [round(r.seconds, 3) for r in done],
+                "warmup": [round(r.seconds, 3) for r in warmups.get(case, [])],
+            }
+            for case, done in runs.items()
+        },
+        "rows_per_second": {case: round(r) for case, r in rate.items()},
+        "steady_rows_per_second": {case: round(r) for case, r in steady.items()},
+        "batches": {case: sorted({r.batches for r in done}) for case, done in runs.items()},
+        "phases_median_seconds": {
+            case: {
+                "define": phase(done, lambda r: r.define),
+                "start_to_first_batch": phase(done, lambda r: r.first_batch),
+                "add_batch": phase(done, lambda r: r.add_batch),
+                "trigger_execution": phase(done, lambda r: r.triggers),
+                "after_last_batch": phase(done, lambda r: r.seconds - r.first_batch - r.triggers),
+            }
+            for case, done in runs.items()
+        },
+    }
+    return Timings(rate, steady, report)

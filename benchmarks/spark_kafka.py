@@ -27,7 +27,6 @@ import os
 import platform
 import re
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -40,7 +39,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import Run, local_spark, run_query
+from benchmarks.common import Run, local_spark, run_query, timings
 from benchmarks.spark_passthrough import line
 from flamestream.testing_kafka import KAFKA_VERSION, KafkaBroker
 
@@ -319,12 +318,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(report, indent=2))
         return 1
 
-    median = {case: statistics.median(r.seconds for r in done) for case, done in runs.items()}
-    rate = {case: args.records / seconds for case, seconds in median.items()}
-    steady = {
-        case: args.records / statistics.median(r.triggers for r in done)
-        for case, done in runs.items()
-    }
+    timed = timings(args.records, runs, warmups)
+    rate, steady = timed.rate, timed.steady
     ratio = rate["flamestream"] / rate["builtin"]
     steady_ratio = steady["flamestream"] / steady["builtin"]
     target = 0.5
@@ -355,29 +350,7 @@ def main(argv: list[str] | None = None) -> int:
             "seconds": round(produce_seconds, 3),
             "records_per_second": round(args.records / produce_seconds),
         },
-        "seconds": {
-            case: {
-                "median": round(median[case], 3),
-                "runs": [round(r.seconds, 3) for r in runs[case]],
-                "warmup": [round(r.seconds, 3) for r in warmups[case]],
-            }
-            for case in cases
-        },
-        "rows_per_second": {case: round(r) for case, r in rate.items()},
-        "steady_rows_per_second": {case: round(r) for case, r in steady.items()},
-        "batches": {case: sorted({r.batches for r in done}) for case, done in runs.items()},
-        "phases_median_seconds": {
-            case: {
-                "define": round(statistics.median(r.define for r in done), 3),
-                "start_to_first_batch": round(statistics.median(r.first_batch for r in done), 3),
-                "add_batch": round(statistics.median(r.add_batch for r in done), 3),
-                "trigger_execution": round(statistics.median(r.triggers for r in done), 3),
-                "after_last_batch": round(
-                    statistics.median(r.seconds - r.first_batch - r.triggers for r in done), 3
-                ),
-            }
-            for case, done in runs.items()
-        },
+        **timed.report,
         "durations_last_run_seconds": {
             case: rounded(done[-1].durations) for case, done in runs.items()
         },

@@ -23,7 +23,6 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import sys
 import tempfile
 from collections.abc import Callable
@@ -31,7 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import Run, local_spark, run_query
+from benchmarks.common import Run, local_spark, run_query, timings
 
 #: Every generated line is this long, newline included.
 LINE_BYTES = 60
@@ -173,12 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         }
         print(json.dumps(report, indent=2))
         return 1
-    median = {case: statistics.median(r.seconds for r in done) for case, done in runs.items()}
-    rate = {case: args.lines / seconds for case, seconds in median.items()}
-    steady = {
-        case: args.lines / statistics.median(r.triggers for r in done)
-        for case, done in runs.items()
-    }
+    timed = timings(args.lines, runs, warmups)
+    rate, steady = timed.rate, timed.steady
     ratios = {
         f"{case}_vs_builtin_{kind}": round(rates[case] / rates["builtin"], 3)
         for case in cases
@@ -202,26 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             "output_format": args.format,
             "batches": args.batches,
         },
-        "seconds": {
-            case: {
-                "median": round(median[case], 3),
-                "runs": [round(r.seconds, 3) for r in runs[case]],
-                "warmup": [round(r.seconds, 3) for r in warmups[case]],
-            }
-            for case in cases
-        },
-        "rows_per_second": {case: round(r) for case, r in rate.items()},
-        "steady_rows_per_second": {case: round(r) for case, r in steady.items()},
-        "batches": {case: sorted({r.batches for r in done}) for case, done in runs.items()},
-        "phases_median_seconds": {
-            case: {
-                "define": round(statistics.median(r.define for r in done), 3),
-                "start_to_first_batch": round(statistics.median(r.first_batch for r in done), 3),
-                "add_batch": round(statistics.median(r.add_batch for r in done), 3),
-                "trigger_execution": round(statistics.median(r.triggers for r in done), 3),
-            }
-            for case, done in runs.items()
-        },
+        **timed.report,
         "ratios": ratios,
         "target": {"ratio": 0.5, "met_by": sorted(k for k, v in ratios.items() if v >= 0.5)},
         "best_ratio": best,
