@@ -30,6 +30,8 @@ from flamestream.spark.front import (
     FrontSource,
     ReaderConfig,
 )
+from flamestream.spark.items import ITEM_SCHEMA
+from flamestream.spark.loop import LoopReader
 from flamestream.spark.sink import BarrierWriter, SinkOutput
 
 
@@ -85,16 +87,35 @@ class FlameStreamDataSource(DataSource):
         options.raw(role)  # consumed here, so finish() does not call it unknown
         return options, kind
 
+    def _loop_checkpoint(self) -> str | None:
+        """The checkpoint of a graph's loop front (``front=loop``, made by ``apply``)."""
+        if self.options.get("front") != "loop":
+            return None
+        options = OptionReader("front loop", self.options)
+        options.raw("front")
+        checkpoint = options.string("path", required=True)
+        options.finish()
+        return checkpoint
+
     def schema(self) -> StructType:
-        """Meta columns (ts, front, source, position), then the front's payload columns."""
+        """Meta columns (ts, front, source, position), then the front's payload columns.
+
+        A graph's loop front (``front=loop``) gives item rows instead.
+        """
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        if self._loop_checkpoint() is not None:
+            return from_arrow_schema(ITEM_SCHEMA)
         source, _ = self._front_source()
         import pyarrow as pa
-        from pyspark.sql.pandas.types import from_arrow_schema
 
         return from_arrow_schema(pa.schema(META_FIELDS + source.payload_fields()))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """The front's reader."""
+        checkpoint = self._loop_checkpoint()
+        if checkpoint is not None:
+            return LoopReader(checkpoint)
         source, config = self._front_source()
         return FrontReader(source, config)
 

@@ -30,9 +30,11 @@ import fsspec
 from flamestream.errors import GraphError
 from flamestream.graph.dataflow import Dataflow
 from flamestream.graph.logical import LogicalGraph
-from flamestream.graph.steps import Sink, Source
-from flamestream.spark.items import BYTES_TAG, ITEM_DDL, TEXT_TAG
+from flamestream.graph.steps import Merge, Sink, Source
+from flamestream.spark.items import BYTES_TAG, ITEM_DDL, MAY_INVALIDATE, TEXT_TAG, TOMBSTONE
 from flamestream.spark.keyed import KeyedRunner
+from flamestream.spark.loop import LoopSpec, graph_state_url
+from flamestream.spark.partitioning import SALT_PREFIX, salts
 from flamestream.spark.stages import (
     Stage,
     StageRunner,
@@ -164,15 +166,26 @@ class SparkGraph:
             df.sparkSession.conf.get("spark.sql.shuffle.partitions") or "200"
         )
         state_url = None
+        looping = [s for s in self.stages if s.grouping and not self._key_local(s)]
         if checkpoint_location and df.isStreaming:
-            state_url = checkpoint_location.rstrip("/") + "/flamestream-graph"
-            _check_layout(state_url, partitions)
+            state_url = graph_state_url(checkpoint_location)
+            _check_layout(state_url, partitions, loops=bool(looping))
+        loop_rows = None
+        if looping and state_url is not None:  # items changing key come back through it
+            assert checkpoint_location is not None  # noqa: S101
+            loop_rows = (
+                df.sparkSession.readStream.format("flamestream")
+                .option("front", "loop")
+                .option("path", checkpoint_location)
+                .load()
+            )
         source_items = self._items(df, payload)
         if self.graph.consumer(self.source) in self.keys:  # key the rows before the shuffle
             keying = Stage(0, (), (self.graph.consumer(self.source),))
             source_items = source_items.mapInArrow(self._runner(keying), ITEM_DDL)
         items: dict[str, DataFrame] = {self.source: source_items}
         outputs: dict[int, DataFrame] = {}
+        flagged: dict[int, bool] = {}  # whether a stage's output may carry replays, tombstones
 
         def rows_for(step_id: str) -> DataFrame:
             """Rows on their way to ``step_id`` from producers outside its own stage."""
@@ -194,9 +207,28 @@ class SparkGraph:
             stage_input = entries[0]
             for more in entries[1:]:
                 stage_input = stage_input.unionByName(more)
+            upstream = {
+                self._stage_of[p].index
+                for entry in stage.entries
+                for p in self.graph.producers(entry)
+                if p in self._stage_of and self._stage_of[p] is not stage
+            }
+            flagged[stage.index] = stage.grouping is not None or any(flagged[u] for u in upstream)
             if stage.grouping is None:
                 outputs[stage.index] = stage_input.mapInArrow(self._runner(stage), ITEM_DDL)
                 continue
+            loop = None
+            key_partitions = partitions
+            if stage in looping:
+                if loop_rows is not None and state_url is not None:
+                    here = loop_rows.where(F.col("to").isin(list(stage.steps)))
+                    stage_input = stage_input.unionByName(here)
+                    reentry = self._reentry(stage)
+                    loop = LoopSpec(stage.index, reentry, partitions, state_url)
+                else:  # a bounded input has no next batch: every key in one task
+                    key_partitions = 1
+            if key_partitions > 1 and (loop is not None or any(flagged[u] for u in upstream)):
+                stage_input = _invalidators_everywhere(stage_input, key_partitions)
             keyed = KeyedRunner(
                 self.graph,
                 stage,
@@ -205,8 +237,9 @@ class SparkGraph:
                 state_url=state_url,
                 checkpoint=checkpoint_location if state_url else None,
                 latest=self.release == "latest",
+                loop=loop,
             )
-            shuffled = stage_input.repartition(partitions, F.col("key"))
+            shuffled = stage_input.repartition(key_partitions, F.col("key"))
             outputs[stage.index] = shuffled.mapInArrow(_named(keyed, stage.name), ITEM_DDL)
         released = [rows_for(sink) for sink in self.sinks]
         result = released[0]
@@ -257,6 +290,26 @@ class SparkGraph:
             F.lit(None).cast("string").alias("value"),
         )
 
+    def _key_local(self, stage: Stage) -> bool:
+        """Whether items coming round the stage's cycle keep their key (map_reduce's do).
+
+        Other cycles may hand an item to another key, whose state may live in another
+        partition: those stages route such items through the loop front.
+        """
+        cyclic = any(p in stage.steps for sid in stage.steps for p in self.graph.producers(sid))
+        return not cyclic or reduce_step_of(self.graph, stage) is not None
+
+    def _reentry(self, stage: Stage) -> frozenset[str]:
+        """The stage's steps from which an item reaches the grouping through merges only."""
+        found = set()
+        for sid in stage.steps:
+            current = sid
+            while isinstance(self.graph.step(current), Merge):
+                current = self.graph.consumer(current)
+            if current == stage.grouping:
+                found.add(sid)
+        return frozenset(found)
+
     def _runner(self, stage: Stage) -> Callable[..., Any]:
         name = stage.name if stage.steps else "flamestream_key"
         runner = StageRunner(self.graph, stage, self.keys, self.render, self.precombine)
@@ -286,7 +339,47 @@ def _named(runner: Callable[[Any], Any], name: str) -> Callable[[Any], Any]:
     return run
 
 
-def _check_layout(state_url: str, partitions: int) -> None:
+def _invalidators_everywhere(rows: DataFrame, partitions: int) -> DataFrame:
+    """Rows entering a keyed stage, plus a copy of every invalidator for each other partition.
+
+    A replayed item (may-invalidate) goes to its key's partition, but the versions it
+    invalidates may have had other keys, hence live in other partitions; a tombstone has no
+    key at all. So every such row is also sent, as a tombstone of its meta, to each partition
+    that did not get it, with a salt key that lands there (:mod:`flamestream.spark.partitioning`);
+    the grouping there drops what it invalidates and remembers it against late arrivals. A
+    tombstone's own row is replaced by its copies; one whose key is a salt was handled already
+    in that salt's partition (it came through the loop) and goes to the others only.
+    """
+    from pyspark.sql import functions as F
+
+    width = F.lit(partitions)
+    own = F.when(F.col("key").isNull(), F.lit(-1)).otherwise(F.pmod(F.hash(F.col("key")), width))
+    everywhere = F.array(*[F.lit(bytearray(salt)) for salt in salts(partitions)])
+    copies = F.filter(everywhere, lambda salt: F.pmod(F.hash(salt), width) != own)
+    flags = F.col("flags")
+    keys = (
+        F.when(flags.bitwiseAND(F.lit(MAY_INVALIDATE | TOMBSTONE)) == 0, F.array(F.col("key")))
+        .when(flags.bitwiseAND(F.lit(TOMBSTONE)) != 0, copies)
+        .otherwise(F.concat(F.array(F.col("key")), copies))
+    )
+    copy = F.substring(F.col("key"), 1, 1) == F.lit(bytearray(SALT_PREFIX))
+    columns = [c for c in rows.columns if c != "key"]
+    spread = rows.select(*columns, F.explode(keys).alias("key"))
+    return spread.select(
+        *[
+            F.when(copy, F.lit(None).cast("binary")).otherwise(F.col(c)).alias(c)
+            if c == "payload"
+            else F.when(copy, flags.bitwiseOR(F.lit(MAY_INVALIDATE | TOMBSTONE)).cast("tinyint"))
+            .otherwise(flags)
+            .alias(c)
+            if c == "flags"
+            else F.col(c)
+            for c in rows.columns
+        ]
+    )
+
+
+def _check_layout(state_url: str, partitions: int, *, loops: bool = False) -> None:
     """The groupings' state is per key partition: the partition count must never change."""
     fs, root = fsspec.core.url_to_fs(state_url)
     layout = posixpath.join(root, "layout.json")
@@ -303,7 +396,7 @@ def _check_layout(state_url: str, partitions: int) -> None:
         return
     fs.makedirs(root, exist_ok=True)
     with fs.open(layout, "w") as out:
-        out.write(json.dumps({"partitions": partitions}))
+        out.write(json.dumps({"partitions": partitions, "loops": loops}))
 
 
 def apply_graph(

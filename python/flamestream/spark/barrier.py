@@ -55,12 +55,24 @@ class CommitOutcome:
     skipped: bool
 
 
-def read_min_time(checkpoint: str, batch_id: int) -> GlobalTime:
-    """The min-time after ``batch_id``: the least report of the query's flamestream fronts.
+def read_min_time(checkpoint: str, batch_id: int, *, in_task: bool = False) -> GlobalTime:
+    """The min-time after ``batch_id``: the fronts' least report and the ack table's least.
+
+    The fronts are the query's flamestream fronts; the ack table (graphs with loop fronts
+    only) holds the global times still in flight in a loop.
+
+    ``in_task=True`` asks from inside the batch's tasks, before the batch's own sends into a
+    loop are known: with loop fronts that is the min-time after the previous batch (what
+    this batch sends descends from items at or above it); without, it is the same answer.
 
     Every line of the offset log after the first two is one source's end offset; lines that
-    are not flamestream offsets belong to other sources and are ignored.
+    are not flamestream front offsets belong to other sources and are ignored.
     """
+    from flamestream.spark.loop import AckTable, graph_state_url, loops_enabled
+
+    loops = loops_enabled(checkpoint)
+    if in_task and loops:
+        return read_min_time(checkpoint, batch_id - 1) if batch_id > 0 else GlobalTime(0, 0)
     fs, root = fsspec.core.url_to_fs(checkpoint)
     path = posixpath.join(root, "offsets", str(batch_id))
     try:
@@ -82,6 +94,10 @@ def read_min_time(checkpoint: str, batch_id: int) -> GlobalTime:
             "query to read from format('flamestream') fronts (their reports give the min-time)"
         )
         raise FlameStreamError(msg)
+    if loops:
+        in_flight = AckTable(graph_state_url(checkpoint)).least(batch_id)
+        if in_flight is not None:
+            reports.append(in_flight)
     return min(reports)
 
 

@@ -46,6 +46,7 @@ from flamestream.spark.items import (
     decode_trace,
     encode_trace,
 )
+from flamestream.spark.loop import LoopRouter, LoopSpec, LoopStore
 from flamestream.spark.stages import Exits, Stage, render_default
 
 #: Snapshots kept per partition: the newest, and the one a replay of the newest restores.
@@ -102,6 +103,7 @@ class KeyedRunner:
         state_url: str | None = None,
         checkpoint: str | None = None,
         latest: bool = False,
+        loop: LoopSpec | None = None,
     ) -> None:
         assert stage.grouping is not None  # noqa: S101
         grouping = graph.step(stage.grouping)
@@ -116,6 +118,10 @@ class KeyedRunner:
         self.store = StateStore(state_url, grouping.step_id) if state_url else None
         self.checkpoint = checkpoint
         self.latest = latest  #: release="latest": one item per key and destination per batch
+        #: set when items coming round the cycle may change key (not map_reduce's cycle)
+        self.loop = loop
+        self._router: LoopRouter | None = None  # the current task's, when it has a loop
+        self._task = (0, -1)  # the current task's (partition, batch id)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """All of the partition's rows, in meta order, then the rows leaving the stage.
@@ -139,6 +145,7 @@ class KeyedRunner:
         partition = context.partitionId() if context is not None else 0
         batch_id = batch_id_of_task()
         durable = self.store is not None and batch_id >= 0
+        self._router, self._task = None, (partition, batch_id)
         g = self.grouping
         state = GroupingState(g.step_id, g.window, g.key)
         if durable:
@@ -155,8 +162,12 @@ class KeyedRunner:
             output = self._run(table, state)
         if durable:
             assert self.store is not None  # noqa: S101
+            if self._router is not None and self._router.sent and self.loop is not None:
+                task = f"{self.loop.stage}-{partition:05d}"
+                LoopStore(self.loop.state_url).send(batch_id, task, self._router.table())
             if self.checkpoint is not None:
-                state.collect_garbage(read_min_time(self.checkpoint, batch_id))
+                # from inside the batch: with loops, what it sends on is not known yet
+                state.collect_garbage(read_min_time(self.checkpoint, batch_id, in_task=True))
             self.store.save(partition, batch_id, state.snapshot())
             crash_point("graph.keyed.saved", batch_id)
         if output is not None and output.num_rows:
@@ -181,6 +192,7 @@ class KeyedRunner:
                 handlers[sid] = _grouping_handler(state, dest)
             else:
                 handlers[sid] = stateless_handler(step, self.targets[sid], call)
+        router = self._router = self._new_router(determinants.get)
         leaving: list[tuple[str, DataItem]] = []
         columns = {name: table.column(name).to_pylist() for name in ITEM_SCHEMA.names}
         for ts, front, trace, flags, source, position, to, payload in zip(
@@ -209,10 +221,19 @@ class KeyedRunner:
                 if handler is None:
                     leaving.append((dest, current))
                 else:
-                    queue.extend(handler(current))
+                    outputs = handler(current)
+                queue.extend(outputs if router is None else router.route(outputs))
         if self.latest:
             leaving = self._latest(leaving)
         return self._rows(leaving, determinants)
+
+    def _new_router(self, where: Callable[[GlobalTime], Any]) -> LoopRouter | None:
+        """The task's loop router, for a stage whose cycle may change keys (streaming only)."""
+        partition, batch_id = self._task
+        if self.loop is None or self.store is None or batch_id < 0:
+            return None
+        g, spec = self.grouping, self.loop
+        return LoopRouter(g.step_id, g.key, spec.reentry, spec.partitions, partition, where)
 
     def _latest(self, leaving: list[tuple[str, DataItem]]) -> list[tuple[str, DataItem]]:
         """Per destination and key, only the item with the greatest meta (tombstones stay)."""

@@ -122,7 +122,7 @@ class BarrierWriter(DataSourceStreamArrowWriter):
         Rows flagged may-invalidate or tombstone (graph outputs after a replay) are staged: an
         invalidation is decided across the batch and the buffer, in the commit.
         """
-        ready = below(table, read_min_time(self.checkpoint, batch_id))
+        ready = below(table, read_min_time(self.checkpoint, batch_id, in_task=True))
         if "flags" in table.column_names:
             plain = pc.equal(pc.bit_wise_and(table.column("flags"), MAY_INVALIDATE | TOMBSTONE), 0)
             ready = pc.and_(ready, plain)

@@ -543,15 +543,7 @@ class ExitRows:
         """One leaving item; ``where()`` gives its time and determinant for errors."""
         self.targets.append(dest)
         key_fn = self.exits.keys.get(dest)
-        if flag & TOMBSTONE:
-            if key_fn is not None:
-                time, determinant = where()
-                msg = (
-                    f"a tombstone (at {time}, determinant {determinant}) is entering the keyed "
-                    f"stage at {dest!r}: out-of-order input through two groupings does not run "
-                    "on Spark yet"
-                )
-                raise GraphError(dest, "no tombstone entering a keyed stage", "one", msg)
+        if flag & TOMBSTONE:  # no payload, no key: one entering a keyed stage goes everywhere
             self.keys.append(None)
             self.payloads.append(None)
             self.values.append(None)
