@@ -16,8 +16,13 @@ column                  type        meaning
 ======================  ==========  ====================================================
 
 Payloads are encoded with a one-byte tag: ``s`` + UTF-8 for text, ``b`` + the bytes for
-bytes, ``p`` + a pickle for anything else. Front rows become items in Spark SQL (tag and
-column concatenated, no Python), and text, the common case, never goes through pickle.
+bytes, ``m`` / ``r`` + a pickled ``(key, value)`` for map_reduce's mapped and reduced items,
+``p`` + a pickle for anything else. Front rows become items in Spark SQL (tag and column
+concatenated, no Python), and text, the common case, never goes through pickle. Mapped and
+reduced items are what map_reduce's stages exchange, one per word of a word count: a pickled
+pair is about 10x cheaper to write and read than a pickled frozen dataclass. Grouping keys
+(the shuffle's ``key`` column) keep the text/bytes/pickle encoding (:func:`encode_key`), so
+a key always lands in the partition that holds its state.
 
 A local time ``(logical, child)`` is encoded as 8 + 4 big-endian unsigned bytes, so comparing
 two encoded traces as bytes is comparing the traces as tuples (a proper prefix first): Arrow
@@ -32,6 +37,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from flamestream.graph.mapreduce import Mapped, Reduced
 from flamestream.model import LocalTime, Trace
 
 _LOCAL = struct.Struct(">QI")
@@ -83,6 +89,8 @@ def decode_trace(data: bytes) -> Trace:
 
 
 TEXT_TAG, BYTES_TAG, PICKLE_TAG = b"s", b"b", b"p"
+MAPPED_TAG, REDUCED_TAG = b"m", b"r"
+_PICKLE = pickle.HIGHEST_PROTOCOL
 
 
 def encode_payload(payload: Any) -> bytes:
@@ -90,12 +98,28 @@ def encode_payload(payload: Any) -> bytes:
 
     >>> [decode_payload(encode_payload(p)) for p in ("word", b"raw", (1, "x"))]
     ['word', b'raw', (1, 'x')]
+    >>> decode_payload(encode_payload(Mapped("cat", 1)))
+    Mapped(key='cat', value=1)
     """
     if type(payload) is str:
         return TEXT_TAG + payload.encode()
     if type(payload) is bytes:
         return BYTES_TAG + payload
-    return PICKLE_TAG + pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+    kind = type(payload)
+    if kind is Mapped:
+        return MAPPED_TAG + pickle.dumps((payload.key, payload.value), _PICKLE)
+    if kind is Reduced:
+        return REDUCED_TAG + pickle.dumps((payload.key, payload.value), _PICKLE)
+    return PICKLE_TAG + pickle.dumps(payload, protocol=_PICKLE)
+
+
+def encode_key(key: Any) -> bytes:
+    """The tagged bytes of a grouping key (text, bytes or a pickle; never ``m``/``r``)."""
+    if type(key) is str:
+        return TEXT_TAG + key.encode()
+    if type(key) is bytes:
+        return BYTES_TAG + key
+    return PICKLE_TAG + pickle.dumps(key, protocol=_PICKLE)
 
 
 def decode_payload(data: bytes | None) -> Any:
@@ -105,6 +129,10 @@ def decode_payload(data: bytes | None) -> Any:
     tag = data[:1]
     if tag == TEXT_TAG:
         return data[1:].decode()
+    if tag == MAPPED_TAG:
+        return Mapped(*pickle.loads(data[1:]))  # noqa: S301  (our own stages wrote it)
+    if tag == REDUCED_TAG:
+        return Reduced(*pickle.loads(data[1:]))  # noqa: S301
     if tag == BYTES_TAG:
         return data[1:]
     return pickle.loads(data[1:])  # noqa: S301  (our own stages wrote it)

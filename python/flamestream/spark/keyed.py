@@ -23,7 +23,6 @@ import gc
 import posixpath
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from functools import partial
 from typing import Any
 
 import fsspec
@@ -36,18 +35,21 @@ from flamestream.model import DataItem, GlobalTime, Meta
 from flamestream.runtime.grouping import GroupingState
 from flamestream.runtime.reference import Handler, stateless_handler
 from flamestream.spark.barrier import read_min_time
+from flamestream.spark.fastpath import Leaving, MapReduceCycle
 from flamestream.spark.faults import crash_point
 from flamestream.spark.front import batch_id_of_task
 from flamestream.spark.items import (
-    ITEM_SCHEMA,
     MAY_INVALIDATE,
     TOMBSTONE,
     decode_payload,
     decode_trace,
-    encode_trace,
 )
 from flamestream.spark.loop import LoopRouter, LoopSpec, LoopStore
 from flamestream.spark.stages import Exits, Stage, render_default
+
+#: The item row columns a keyed stage reads (``key`` only routed the shuffle, ``value`` is
+#: for sinks).
+_INPUT_COLUMNS = ("ts", "front", "trace", "flags", "source", "position", "to", "payload")
 
 #: Snapshots kept per partition: the newest, and the one a replay of the newest restores.
 KEEP_SNAPSHOTS = 2
@@ -118,6 +120,9 @@ class KeyedRunner:
         self.store = StateStore(state_url, grouping.step_id) if state_url else None
         self.checkpoint = checkpoint
         self.latest = latest  #: release="latest": one item per key and destination per batch
+        #: map_reduce's cycle, whose in-order items skip the per-step deliveries (fastpath)
+        self.cycle = MapReduceCycle.of(graph, stage)
+        self.fast = True  #: False: every item the general way (tests compare the two)
         #: set when items coming round the cycle may change key (not map_reduce's cycle)
         self.loop = loop
         self._router: LoopRouter | None = None  # the current task's, when it has a loop
@@ -193,39 +198,41 @@ class KeyedRunner:
             else:
                 handlers[sid] = stateless_handler(step, self.targets[sid], call)
         router = self._router = self._new_router(determinants.get)
-        leaving: list[tuple[str, DataItem]] = []
-        columns = {name: table.column(name).to_pylist() for name in ITEM_SCHEMA.names}
-        for ts, front, trace, flags, source, position, to, payload in zip(
-            columns["ts"],
-            columns["front"],
-            columns["trace"],
-            columns["flags"],
-            columns["source"],
-            columns["position"],
-            columns["to"],
-            columns["payload"],
-            strict=True,
-        ):
-            time = GlobalTime(ts, front)
-            determinants.setdefault(time, (source, position))
+        leaving = Leaving()
+        columns = {name: table.column(name).to_pylist() for name in _INPUT_COLUMNS}
+        ts, fronts, traces, flags = (columns[c] for c in ("ts", "front", "trace", "flags"))
+        targets, payloads = columns["to"], columns["payload"]
+
+        def deliver(row: int) -> None:
+            """Row ``row`` to quiescence: a key-local cycle comes back to this partition."""
+            flag = flags[row]
             item = DataItem(
-                decode_payload(payload),
-                Meta(time, decode_trace(trace)),
-                may_invalidate=bool(flags & MAY_INVALIDATE),
-                tombstone=bool(flags & TOMBSTONE),
+                decode_payload(payloads[row]),
+                Meta(GlobalTime(ts[row], fronts[row]), decode_trace(traces[row])),
+                may_invalidate=bool(flag & MAY_INVALIDATE),
+                tombstone=bool(flag & TOMBSTONE),
             )
-            queue: deque[tuple[str, DataItem]] = deque([(to, item)])
-            while queue:  # to quiescence: a key-local cycle comes back to this partition
+            queue: deque[tuple[str, DataItem]] = deque([(targets[row], item)])
+            while queue:
                 dest, current = queue.popleft()
                 handler = handlers.get(dest)
                 if handler is None:
-                    leaving.append((dest, current))
+                    leaving.add_item(dest, current)
                 else:
                     outputs = handler(current)
-                queue.extend(outputs if router is None else router.route(outputs))
+                    queue.extend(outputs if router is None else router.route(outputs))
+
+        if self.cycle is not None and self.fast and router is None:
+            self.cycle.run(state, columns, determinants, deliver, leaving)
+        else:
+            sources, positions = columns["source"], columns["position"]
+            for row in range(table.num_rows):
+                time = GlobalTime(ts[row], fronts[row])
+                determinants.setdefault(time, (sources[row], positions[row]))
+                deliver(row)
         if self.latest:
-            leaving = self._latest(leaving)
-        return self._rows(leaving, determinants)
+            leaving = leaving.latest(self.grouping.key)
+        return leaving.batch(self.exits, determinants)
 
     def _new_router(self, where: Callable[[GlobalTime], Any]) -> LoopRouter | None:
         """The task's loop router, for a stage whose cycle may change keys (streaming only)."""
@@ -234,52 +241,6 @@ class KeyedRunner:
             return None
         g, spec = self.grouping, self.loop
         return LoopRouter(g.step_id, g.key, spec.reentry, spec.partitions, partition, where)
-
-    def _latest(self, leaving: list[tuple[str, DataItem]]) -> list[tuple[str, DataItem]]:
-        """Per destination and key, only the item with the greatest meta (tombstones stay)."""
-        key = self.grouping.key
-        latest: dict[tuple[str, Any], DataItem] = {}
-        kept: list[tuple[str, DataItem]] = []
-        for dest, item in leaving:
-            if item.tombstone:
-                kept.append((dest, item))
-                continue
-            slot = (dest, key(item.payload))
-            held = latest.get(slot)
-            if held is None or held.meta < item.meta:
-                latest[slot] = item
-        return kept + [(dest, item) for (dest, _), item in latest.items()]
-
-    def _rows(
-        self, leaving: list[tuple[str, DataItem]], determinants: dict[GlobalTime, Any]
-    ) -> pa.RecordBatch:
-        out = self.exits.builder()
-        ts, fronts, traces, flags, sources, positions = [], [], [], [], [], []
-        for dest, item in leaving:
-            time = item.global_time
-            source, position = determinants.get(time, (None, None))
-            flag = (MAY_INVALIDATE if item.may_invalidate else 0) | (
-                TOMBSTONE if item.tombstone else 0
-            )
-            ts.append(time.ts)
-            fronts.append(time.front)
-            traces.append(encode_trace(item.meta.trace))
-            flags.append(flag)
-            sources.append(source)
-            positions.append(position)
-            out.add(dest, item.payload, flag, partial(_where, time, (source, position)))
-        return out.batch(
-            pa.array(ts, pa.int64()),
-            pa.array(fronts, pa.int32()),
-            pa.array(traces, pa.binary()),
-            pa.array(flags, pa.int8()),
-            pa.array(sources, pa.string()),
-            pa.array(positions, pa.int64()),
-        )
-
-
-def _where(time: GlobalTime, determinant: Any) -> tuple[GlobalTime, Any]:
-    return time, determinant
 
 
 def _grouping_handler(state: GroupingState, dest: str) -> Handler:

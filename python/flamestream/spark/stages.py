@@ -42,6 +42,7 @@ from flamestream.spark.items import (
     MAY_INVALIDATE,
     TOMBSTONE,
     decode_payload,
+    encode_key,
     encode_payload,
     encode_trace,
 )
@@ -550,7 +551,7 @@ class ExitRows:
             return
         if key_fn is not None:
             try:
-                self.keys.append(encode_payload(key_fn(payload)))
+                self.keys.append(encode_key(key_fn(payload)))
             except Exception as exc:  # the grouping's key function failed on this item
                 time, determinant = where()
                 raise StepError(dest, key_fn, time, determinant, exc) from exc

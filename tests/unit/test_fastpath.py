@@ -1,0 +1,251 @@
+"""The keyed stage's in-order fast path gives exactly what the general path gives.
+
+A keyed stage running map_reduce's cycle is driven twice over the same random batches: once
+with the fast path (:mod:`flamestream.spark.fastpath`) and once delivering every item through
+``GroupingState.receive`` and the stateless handlers. After every batch the leaving rows must
+be equal, byte for byte, and so must the grouping states (buckets, clocks, the invalidation
+index, GC bookkeeping, statistics). Batches are random: keys, global times going back and
+forth across batches, siblings of one global time, versions that invalidate earlier ones,
+tombstones, state snapshots restored between batches and garbage collection. No Spark runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flamestream import Dataflow, map_reduce
+from flamestream.errors import StepError
+from flamestream.graph.mapreduce import Mapped, Reduced
+from flamestream.model import GlobalTime, LocalTime
+from flamestream.runtime.grouping import GroupingState
+from flamestream.spark.apply import SparkGraph
+from flamestream.spark.fastpath import MapReduceCycle
+from flamestream.spark.items import (
+    ITEM_SCHEMA,
+    MAY_INVALIDATE,
+    TOMBSTONE,
+    encode_key,
+    encode_payload,
+    encode_trace,
+)
+from flamestream.spark.keyed import KeyedRunner
+
+#: Traces an item may carry when it enters the cycle: siblings (child indexes) and versions
+#: (logical times) of one global time.
+TRACES = [
+    ((0, 0), (0, 0)),
+    ((0, 1), (0, 0)),
+    ((0, 2), (0, 0)),
+    ((1, 0), (0, 0)),
+    ((2, 0), (0, 0)),
+    ((0, 0), (1, 0)),
+    ((0, 1), (2, 0)),
+]
+
+REDUCERS: dict[str, tuple[Callable[[Any, Any], Any], Callable[[Any], Any] | None, bool]] = {
+    "sum": (int.__add__, None, True),
+    "history": (lambda acc, v: (*acc, v), lambda v: (v,), False),  # order-sensitive
+}
+
+
+def flow(reducer: str) -> Dataflow:
+    combine, initial, commutative = REDUCERS[reducer]
+    flow = Dataflow("mr")
+    extra = {} if initial is None else {"initial": initial}
+    counts = map_reduce(
+        flow,
+        "count",
+        flow.source("pairs"),
+        mapper=lambda p: p,
+        reducer=combine,
+        commutative=commutative,
+        **extra,
+    )
+    flow.sink("out", counts)
+    return flow
+
+
+def runner(reducer: str, *, latest: bool, fast: bool) -> KeyedRunner:
+    graph = SparkGraph(flow(reducer))
+    (stage,) = [s for s in graph.stages if s.grouping]
+    keyed = KeyedRunner(graph.graph, stage, graph.keys, graph.render, latest=latest)
+    assert keyed.cycle is not None
+    keyed.fast = fast
+    return keyed
+
+
+Event = tuple[int, int, int, int, str, Any]  # ts, front, trace index, flags, key, payload kind
+
+
+def table(events: list[Event]) -> pa.Table:
+    """Item rows entering the cycle's merge, sorted by meta as the keyed task sorts them."""
+    rows: dict[str, list[Any]] = {name: [] for name in ITEM_SCHEMA.names}
+    for ts, front, trace, flags, key, value in events:
+        payload = None if flags & TOMBSTONE else value
+        rows["ts"].append(ts)
+        rows["front"].append(front)
+        rows["trace"].append(encode_trace(tuple(LocalTime(*lt) for lt in TRACES[trace])))
+        rows["flags"].append(flags | (MAY_INVALIDATE if flags & TOMBSTONE else 0))
+        rows["source"].append(f"f{front}")
+        rows["position"].append(ts)
+        rows["to"].append("count.merge")
+        rows["key"].append(None if payload is None else encode_key(key))
+        rows["payload"].append(None if payload is None else encode_payload(payload))
+        rows["value"].append(None)
+    return pa.Table.from_pydict(rows, schema=ITEM_SCHEMA).sort_by(
+        [("ts", "ascending"), ("front", "ascending"), ("trace", "ascending")]
+    )
+
+
+def view(state: GroupingState) -> Any:
+    """Everything a grouping state holds, comparable with ``==``; checks index/bucket sharing."""
+
+    def item(i: Any) -> Any:
+        return (i.meta, i.payload, i.may_invalidate, i.tombstone)
+
+    for entries in state._by_time.values():
+        for key, held in entries:
+            if key is not None and held in state._buckets[key].items:  # uses identity (eq=False)
+                continue
+            assert key is None, "an indexed item is not (the same object) in its bucket"
+    return (
+        [(k, b.clock, [item(i) for i in b.items]) for k, b in state._buckets.items()],
+        [(t, [(k, item(i)) for k, i in entries]) for t, entries in state._by_time.items()],
+        list(state._times),
+        sorted(state._oversized, key=repr),
+        state.stats,
+    )
+
+
+@st.composite
+def batches(draw: st.DrawFn, reducer: str) -> list[tuple[list[Event], GlobalTime | None]]:
+    """Batches of entering items with unique metas, each with an optional GC min-time after."""
+    keys = st.sampled_from(["a", "b", "c", "d", "e"])
+    in_order = draw(st.booleans())  # mostly increasing global times: the fast path's case
+    count = draw(st.integers(1, 5))
+    seen: set[tuple[int, int, int]] = set()
+    out = []
+    base = 0
+    for _ in range(count):
+        events: list[Event] = []
+        for _ in range(draw(st.integers(0, 12))):
+            low, high = (base, base + 8) if in_order else (0, 40)
+            ts = draw(st.integers(low, high))
+            front = draw(st.integers(0, 1))
+            trace = draw(
+                st.integers(0, len(TRACES) - 1) if not in_order else st.sampled_from([0, 1, 2])
+            )
+            if (ts, front, trace) in seen:
+                continue
+            seen.add((ts, front, trace))
+            flags = draw(
+                st.sampled_from([0] * 8 + [MAY_INVALIDATE, TOMBSTONE])
+                if not in_order
+                else st.just(0)
+            )
+            key = draw(keys)
+            value: Any = Mapped(key, draw(st.integers(1, 3)))
+            if draw(st.integers(0, 30)) == 0:
+                initial = REDUCERS[reducer][1] or (lambda v: v)
+                value = Reduced(key, initial(7))  # not a mapped item: the general path's
+            events.append((ts, front, trace, flags, key, value))
+        base += 9
+        gc_at = None
+        if draw(st.booleans()):
+            gc_at = GlobalTime(draw(st.integers(0, base + 4)), draw(st.integers(0, 1)))
+        out.append((events, gc_at))
+    return out
+
+
+FAST_ROWS: list[int] = []
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), reducer=st.sampled_from(sorted(REDUCERS)), latest=st.booleans())
+def test_fast_path_equals_the_general_path(data, reducer, latest):
+    script = data.draw(batches(reducer))
+    fast, general = (
+        runner(reducer, latest=latest, fast=True),
+        runner(reducer, latest=latest, fast=False),
+    )
+    assert fast.cycle is not None
+    counting = fast.cycle.run
+
+    def run(*args: Any) -> int:
+        done = counting(*args)
+        FAST_ROWS.append(done)
+        return done
+
+    fast.cycle.run = run  # type: ignore[method-assign]
+    g = fast.grouping
+    states = [GroupingState(g.step_id, g.window, g.key) for _ in range(2)]
+    min_time = GlobalTime(-1, 0)
+    for events, gc_at in script:
+        if not events:
+            continue
+        rows = table(events)
+        got = fast._run(rows, states[0])
+        want = general._run(rows, states[1])
+        assert got.equals(want), (got.to_pylist(), want.to_pylist())
+        assert view(states[0]) == view(states[1])
+        if gc_at is not None and gc_at > min_time:  # the min-time never moves back
+            min_time = gc_at
+            for state in states:
+                state.collect_garbage(min_time)
+            assert view(states[0]) == view(states[1])
+        restored = []
+        for state in states:  # as a keyed task would find it in the next batch
+            again = GroupingState(g.step_id, g.window, g.key)
+            again.restore(state.snapshot())
+            restored.append(again)
+        states = restored
+
+
+def test_the_random_batches_exercise_the_fast_path():
+    """A guard on the property above: most of its rows really took the fast path."""
+    if not FAST_ROWS:
+        pytest.skip("runs after the property test")
+    assert sum(FAST_ROWS) > 500
+
+
+def test_only_map_reduce_cycles_get_the_fast_path():
+    graph = SparkGraph(flow("sum"))
+    (stage,) = [s for s in graph.stages if s.grouping]
+    assert MapReduceCycle.of(graph.graph, stage) is not None
+    other = Dataflow("window")
+    other.sink("out", other.grouping("g", other.source("in"), window=2, key=str))
+    plain = SparkGraph(other)
+    (stage,) = [s for s in plain.stages if s.grouping]
+    assert MapReduceCycle.of(plain.graph, stage) is None
+
+
+def _fragile(acc: int, value: int) -> int:
+    if value == 3:
+        raise ValueError("three")
+    return acc + value
+
+
+def test_a_raising_reducer_fails_alike_on_both_paths():
+    REDUCERS["fragile"] = (_fragile, None, False)
+    try:
+        events: list[Event] = [
+            (1, 0, 0, 0, "a", Mapped("a", 1)),
+            (2, 0, 0, 0, "a", Mapped("a", 3)),
+        ]
+        errors = []
+        for fast in (True, False):
+            keyed = runner("fragile", latest=False, fast=fast)
+            g = keyed.grouping
+            with pytest.raises(StepError) as caught:
+                keyed._run(table(events), GroupingState(g.step_id, g.window, g.key))
+            errors.append(str(caught.value))
+    finally:
+        del REDUCERS["fragile"]
+    assert errors[0] == errors[1]
+    assert "count.reduce" in errors[0] and "three" in errors[0] and "('f0', 2)" in errors[0]
