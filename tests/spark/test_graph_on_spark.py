@@ -309,18 +309,6 @@ def test_a_streaming_graph_with_groupings_needs_the_checkpoint(
         apply_graph(word_count(), df)
 
 
-def test_cycles_through_two_groupings_are_refused_for_now():
-    flow = Dataflow("two")
-    merged = flow.merge("merge", flow.source("in"))
-    first = flow.grouping("g1", merged, window=2, key=len)
-    second = flow.grouping("g2", first, window=2, key=str)
-    out, back = flow.broadcast("copy", second, 2)
-    flow.add_merge_input(merged, back)
-    flow.sink("out", out)
-    with pytest.raises(GraphError, match=r"g2.*cross-key cycles"):
-        SparkGraph(flow)
-
-
 def test_late_items_across_batches_replay_and_the_sink_drops_what_they_invalidate(
     spark: SparkSession, tmp_path: Path
 ):

@@ -59,19 +59,16 @@ def update(window: tuple[object, ...]) -> NodeState:
     assert isinstance(hint, Hint)  # noqa: S101  (ends_with_hint let only these through)
     before = window[0] if len(window) == 2 and isinstance(window[0], NodeState) else None
     if before is None:
-        label = min(hint.node, hint.label)
-        neighbours = () if hint.neighbour is None else (hint.neighbour,)
-        return NodeState(hint.node, label, neighbours, neighbours)
+        first: tuple[int, ...] = () if hint.neighbour is None else (hint.neighbour,)
+        return NodeState(hint.node, min(hint.node, hint.label), first, first)
     label = min(before.label, hint.label)
-    known = set(before.neighbours)
-    new = hint.neighbour is not None and hint.neighbour not in known
-    neighbours = tuple(sorted(known | {hint.neighbour})) if new else before.neighbours
+    neighbours: tuple[int, ...] = before.neighbours
+    notify: tuple[int, ...] = ()
+    if hint.neighbour is not None and hint.neighbour not in neighbours:
+        neighbours = tuple(sorted((*neighbours, hint.neighbour)))
+        notify = (hint.neighbour,)
     if label < before.label:
         notify = neighbours
-    elif new:
-        notify = (hint.neighbour,)  # type: ignore[assignment]
-    else:
-        notify = ()
     return NodeState(hint.node, label, neighbours, notify)
 
 
@@ -81,8 +78,11 @@ def tell(state: NodeState) -> list[Hint]:
 
 
 def components() -> Dataflow:
-    """edges -> hints -> merge (cycle) -> grouping by node (w=2) -> filter -> update ->
-    broadcast: to the sink, back to the merge (the state), and as hints to neighbours."""
+    """The graph: one grouping by node, a cycle back to it, hints hopping to other nodes.
+
+    edges -> hints -> merge (cycle) -> grouping by node (w=2) -> filter -> update ->
+    broadcast: to the sink, back to the merge (the state), and as hints to neighbours.
+    """
     flow = Dataflow("components")
     hints = flow.flat_map("edge_hints", flow.source("edges"), edge_hints)
     inbox = flow.merge("inbox", hints)

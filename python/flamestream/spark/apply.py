@@ -33,12 +33,13 @@ from flamestream.graph.logical import LogicalGraph
 from flamestream.graph.steps import Merge, Sink, Source
 from flamestream.spark.items import BYTES_TAG, ITEM_DDL, MAY_INVALIDATE, TEXT_TAG, TOMBSTONE
 from flamestream.spark.keyed import KeyedRunner
-from flamestream.spark.loop import LoopSpec, graph_state_url
+from flamestream.spark.loop import LoopSpec, LoopWriter, graph_state_url
 from flamestream.spark.partitioning import SALT_PREFIX, salts
 from flamestream.spark.stages import (
     Stage,
     StageRunner,
     keyed_entries,
+    loop_edges,
     plan_stages,
     precombiners,
     reduce_step_of,
@@ -76,7 +77,8 @@ class SparkGraph:
         self.fusion = fusion
         self.render = render
         self.partitions = partitions
-        self.stages = plan_stages(self.graph, fusion=fusion)
+        self.cut = loop_edges(self.graph)  #: edges whose items go through the loop front
+        self.stages = plan_stages(self.graph, fusion=fusion, cut=self.cut)
         self.keys = keyed_entries(self.graph, self.stages)
         if release not in ("every", "latest"):
             raise GraphError(self.graph.name, "release 'every' or 'latest'", repr(release), "")
@@ -117,10 +119,23 @@ class SparkGraph:
                 f"into: {combined}"
             )
         for stage in self.stages:
-            leaving = sorted({self._where(dest) for dest in self._leaving(stage)})
-            if stage.grouping:
+            leaving = sorted(
+                {
+                    f"loop front -> {self._where(dest)}"
+                    if (sid, dest) in self.cut
+                    else self._where(dest)
+                    for sid, dest in self._leaving(stage)
+                }
+            )
+            if stage.grouping and self._key_local(stage):
                 kind = f"keyed by {stage.grouping}: "
                 how = "shuffled by key, state per partition, cycles run in the task"
+            elif stage.grouping:
+                kind = f"keyed by {stage.grouping}: "
+                how = (
+                    "shuffled by key, state per partition; items the cycle hands to a key of "
+                    "another partition go through the loop front"
+                )
             else:
                 kind = "fused: " if len(stage.steps) > 1 else ""
                 how = "one mapInArrow pass"
@@ -165,13 +180,23 @@ class SparkGraph:
         partitions = self.partitions or int(
             df.sparkSession.conf.get("spark.sql.shuffle.partitions") or "200"
         )
+        if self.cut and not df.isStreaming:
+            cycle = ", ".join(f"{a} -> {b}" for a, b in sorted(self.cut))
+            raise GraphError(
+                self.graph.name,
+                "a streaming DataFrame for a cycle through several groupings",
+                f"a bounded one (the cycle's edges {cycle} go on in the next micro-batch)",
+                "read with spark.readStream (Trigger.AvailableNow runs until the loop is empty)",
+            )
         state_url = None
         looping = [s for s in self.stages if s.grouping and not self._key_local(s)]
+        targets = {merge for _, merge in self.cut}
+        fed = looping + [s for s in self.stages if targets & set(s.steps) and s not in looping]
         if checkpoint_location and df.isStreaming:
             state_url = graph_state_url(checkpoint_location)
-            _check_layout(state_url, partitions, loops=bool(looping))
+            _check_layout(state_url, partitions, loops=bool(fed))
         loop_rows = None
-        if looping and state_url is not None:  # items changing key come back through it
+        if fed and state_url is not None:  # items sent into the loop come back through it
             assert checkpoint_location is not None  # noqa: S101
             loop_rows = (
                 df.sparkSession.readStream.format("flamestream")
@@ -195,6 +220,8 @@ class SparkGraph:
                 stage = self._stage_of.get(producer)
                 if stage is not None and stage is own:
                     continue  # a cycle inside a keyed stage: it never leaves the task
+                if (producer, step_id) in self.cut:
+                    continue  # through the loop front: see the loop writers below
                 parts.append(items[producer] if stage is None else outputs[stage.index])
             unique = list({id(part): part for part in parts}.values())
             merged = unique[0]
@@ -213,21 +240,26 @@ class SparkGraph:
                 for p in self.graph.producers(entry)
                 if p in self._stage_of and self._stage_of[p] is not stage
             }
-            flagged[stage.index] = stage.grouping is not None or any(flagged[u] for u in upstream)
+            looped = stage in fed and loop_rows is not None
+            if looped:
+                assert loop_rows is not None  # noqa: S101
+                here = loop_rows.where(F.col("to").isin(list(stage.steps)))
+                stage_input = stage_input.unionByName(here.select(*stage_input.columns))
+            flagged[stage.index] = (
+                stage.grouping is not None or looped or any(flagged[u] for u in upstream)
+            )
             if stage.grouping is None:
                 outputs[stage.index] = stage_input.mapInArrow(self._runner(stage), ITEM_DDL)
                 continue
             loop = None
             key_partitions = partitions
             if stage in looping:
-                if loop_rows is not None and state_url is not None:
-                    here = loop_rows.where(F.col("to").isin(list(stage.steps)))
-                    stage_input = stage_input.unionByName(here)
+                if state_url is not None:
                     reentry = self._reentry(stage)
                     loop = LoopSpec(stage.index, reentry, partitions, state_url)
                 else:  # a bounded input has no next batch: every key in one task
                     key_partitions = 1
-            if key_partitions > 1 and (loop is not None or any(flagged[u] for u in upstream)):
+            if key_partitions > 1 and (looped or any(flagged[u] for u in upstream)):
                 stage_input = _invalidators_everywhere(stage_input, key_partitions)
             keyed = KeyedRunner(
                 self.graph,
@@ -242,6 +274,14 @@ class SparkGraph:
             shuffled = stage_input.repartition(key_partitions, F.col("key"))
             outputs[stage.index] = shuffled.mapInArrow(_named(keyed, stage.name), ITEM_DDL)
         released = [rows_for(sink) for sink in self.sinks]
+        for number, (producer, merge) in enumerate(sorted(self.cut)):
+            # the loop writers run in the query (their rows are part of its result) and
+            # return no rows: what they write comes back through the loop front
+            assert state_url is not None  # noqa: S101  (a cut graph needs a stream)
+            stage = self._stage_of[producer]
+            sent = outputs[stage.index].where(F.col("to") == merge)
+            writer = LoopWriter(state_url, f"cut{number}")
+            released.append(sent.mapInArrow(_named(writer, f"flamestream_loop_{merge}"), ITEM_DDL))
         result = released[0]
         for more in released[1:]:
             result = result.unionByName(more)
@@ -315,10 +355,11 @@ class SparkGraph:
         runner = StageRunner(self.graph, stage, self.keys, self.render, self.precombine)
         return _named(runner, name)
 
-    def _leaving(self, stage: Stage) -> list[str]:
+    def _leaving(self, stage: Stage) -> list[tuple[str, str]]:
+        """(step, destination) of the edges leaving ``stage``."""
         inside = set(stage.steps)
         return [
-            self.graph.consumer(sid, port)
+            (sid, self.graph.consumer(sid, port))
             for sid in stage.steps
             for port in range(self.graph.step(sid).outputs)
             if self.graph.consumer(sid, port) not in inside

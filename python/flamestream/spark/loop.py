@@ -401,3 +401,31 @@ class LoopSpec:
     reentry: frozenset[str]  #: steps from which items reach the grouping through merges only
     partitions: int  #: the key partition count
     state_url: str  #: the graph's state folder (:func:`graph_state_url`)
+
+
+class LoopWriter:
+    """Sends the rows of a cut edge into the loop front (``mapInArrow``'s function).
+
+    Used where a cycle through several groupings comes back to its entry: the rows are
+    written under the task's name for the batch (a retry overwrites), with their ack
+    contributions, and nothing is returned.
+    """
+
+    def __init__(self, state_url: str, name: str) -> None:
+        self.state_url = state_url
+        self.name = name
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Write the task's rows; yield none."""
+        from pyspark import TaskContext
+
+        from flamestream.spark.front import batch_id_of_task
+
+        rows = [batch for batch in batches if batch.num_rows]
+        context = TaskContext.get()
+        batch_id = batch_id_of_task()
+        if rows and batch_id >= 0:
+            partition = context.partitionId() if context is not None else 0
+            table = pa.Table.from_batches(rows).cast(ITEM_SCHEMA)
+            LoopStore(self.state_url).send(batch_id, f"{self.name}-{partition:05d}", table)
+        yield from ()

@@ -69,7 +69,29 @@ class Stage:
         )
 
 
-def plan_stages(graph: LogicalGraph, *, fusion: bool = True) -> list[Stage]:
+def loop_edges(graph: LogicalGraph) -> frozenset[tuple[str, str]]:
+    """Edges ``(producer, merge)`` whose items go through the loop front, to the next batch.
+
+    A cycle through several groupings cannot run inside one keyed stage (each grouping is
+    keyed its own way). Such a cycle is cut where it comes back to its entry: every edge from
+    inside the strongly connected component into a merge that also takes items from outside.
+    What remains must have at most one grouping on any cycle.
+    """
+    cut: set[tuple[str, str]] = set()
+    for component in _strongly_connected(graph, frozenset()):
+        groupings = [s for s in component if isinstance(graph.step(s), Grouping)]
+        if len(groupings) < 2:
+            continue
+        for sid in component:
+            producers = graph.producers(sid)
+            if isinstance(graph.step(sid), Merge) and any(p not in component for p in producers):
+                cut.update((p, sid) for p in producers if p in component)
+    return frozenset(cut)
+
+
+def plan_stages(
+    graph: LogicalGraph, *, fusion: bool = True, cut: frozenset[tuple[str, str]] = frozenset()
+) -> list[Stage]:
     """The graph's steps (but sources and sinks) as stages, producers first.
 
     A grouping and every step on a cycle through it form a *keyed* stage: items are shuffled
@@ -77,34 +99,39 @@ def plan_stages(graph: LogicalGraph, *, fusion: bool = True) -> list[Stage]:
     Items must enter a keyed stage at the grouping or through merges only (so the key of an
     entering item is the grouping's key of its payload). The remaining stateless steps fuse
     into stages of connected steps with the same number of keyed stages upstream, which keeps
-    the stages acyclic.
+    the stages acyclic. Edges in ``cut`` (:func:`loop_edges`) are left out: their items go to
+    the next batch through the loop front.
     """
-    components = _strongly_connected(graph)
+    components = _strongly_connected(graph, cut)
     keyed: list[set[str]] = []
     for component in components:
         groupings = sorted(s for s in component if isinstance(graph.step(s), Grouping))
         if len(groupings) > 1:
             raise GraphError(
                 groupings[1],
-                "at most one grouping on any cycle",
-                f"a cycle through {', '.join(groupings)}",
-                "cycles through several groupings (cross-key cycles) do not run on Spark yet; "
-                "run this graph with the reference runtime",
+                "at most one grouping on any cycle once cycles are cut where they re-enter",
+                f"a cycle through {', '.join(groupings)} that does not pass its entry merge",
+                "let every cycle through several groupings come back through the merge where "
+                "its items enter, or run this graph with the reference runtime",
             )
         if groupings:
             _check_keyed_entries(graph, component, groupings[0])
             keyed.append(component)
     unit_of = {sid: f"keyed:{i}" for i, c in enumerate(keyed) for sid in c}
-    order = _condensed_order(graph, unit_of)
+    order = _condensed_order(graph, unit_of, cut)
+
+    def producers(sid: str) -> list[str]:
+        return [p for p in graph.producers(sid) if (p, sid) not in cut]
+
     level: dict[str, int] = {}  # keyed stages on the longest path from the source
     for unit in order:
         members = [s for s, u in unit_of.items() if u == unit] or [unit]
-        ups = {p for m in members for p in graph.producers(m) if unit_of.get(p, p) != unit}
+        ups = {p for m in members for p in producers(m) if unit_of.get(p, p) != unit}
         level[unit] = max((level[unit_of.get(p, p)] + (p in unit_of) for p in ups), default=0)
     stateless = [
         u for u in order if not u.startswith("keyed:") and isinstance(graph.step(u), STATELESS)
     ]
-    groups = _connected(graph, stateless, level) if fusion else [[sid] for sid in stateless]
+    groups = _connected(graph, stateless, level, cut) if fusion else [[s] for s in stateless]
     position = {unit: i for i, unit in enumerate(order)}
     units: list[tuple[int, list[str], str | None]] = []
     for group in groups:
@@ -117,10 +144,19 @@ def plan_stages(graph: LogicalGraph, *, fusion: bool = True) -> list[Stage]:
         keyed_by = next(s for s in steps if isinstance(graph.step(s), Grouping))
         units.append((position[f"keyed:{i}"], steps, keyed_by))
     units.sort(key=lambda unit: unit[0])
+    for producer, merge in cut:  # a cut edge must leave its stage: the loop is between batches
+        together = [members for _, members, _ in units if {producer, merge} <= set(members)]
+        if together:
+            raise GraphError(
+                merge,
+                f"the cycle edge {producer} -> {merge} between two stages",
+                f"both in one stage ({', '.join(together[0])})",
+                "put a step between them, or run this graph with the reference runtime",
+            )
     stages = []
     for index, (_, members, grouping) in enumerate(units, start=1):
         inside = set(members)
-        entries = tuple(s for s in members if any(p not in inside for p in graph.producers(s)))
+        entries = tuple(s for s in members if any(p not in inside for p in producers(s)))
         stages.append(Stage(index, tuple(members), entries, grouping))
     return stages
 
@@ -144,7 +180,7 @@ def _check_keyed_entries(graph: LogicalGraph, component: set[str], grouping: str
             current = graph.consumer(current)
 
 
-def _strongly_connected(graph: LogicalGraph) -> list[set[str]]:
+def _strongly_connected(graph: LogicalGraph, cut: frozenset[tuple[str, str]]) -> list[set[str]]:
     """The graph's strongly connected components (Tarjan), every step in exactly one."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -153,7 +189,8 @@ def _strongly_connected(graph: LogicalGraph) -> list[set[str]]:
     components: list[set[str]] = []
 
     def successors(sid: str) -> list[str]:
-        return [graph.consumer(sid, port) for port in range(graph.step(sid).outputs)]
+        ports = range(graph.step(sid).outputs)
+        return [c for c in (graph.consumer(sid, p) for p in ports) if (sid, c) not in cut]
 
     for root in graph.steps:
         if root in index:
@@ -189,13 +226,17 @@ def _strongly_connected(graph: LogicalGraph) -> list[set[str]]:
     return components
 
 
-def _condensed_order(graph: LogicalGraph, unit_of: dict[str, str]) -> list[str]:
+def _condensed_order(
+    graph: LogicalGraph, unit_of: dict[str, str], cut: frozenset[tuple[str, str]]
+) -> list[str]:
     """Units (a step, or ``keyed:<i>`` for a keyed stage's steps), producers first."""
     units = list(dict.fromkeys(unit_of.get(sid, sid) for sid in graph.steps))
     edges: dict[str, set[str]] = {unit: set() for unit in units}
     indegree = dict.fromkeys(units, 0)
     for sid, step in graph.steps.items():
         for port in range(step.outputs):
+            if (sid, graph.consumer(sid, port)) in cut:
+                continue
             a, b = unit_of.get(sid, sid), unit_of.get(graph.consumer(sid, port))
             b = b or graph.consumer(sid, port)
             if a != b and b not in edges[a]:
@@ -213,7 +254,12 @@ def _condensed_order(graph: LogicalGraph, unit_of: dict[str, str]) -> list[str]:
     return order
 
 
-def _connected(graph: LogicalGraph, stateless: list[str], level: dict[str, int]) -> list[list[str]]:
+def _connected(
+    graph: LogicalGraph,
+    stateless: list[str],
+    level: dict[str, int],
+    cut: frozenset[tuple[str, str]],
+) -> list[list[str]]:
     """Maximal groups of stateless steps joined by edges between steps of the same level."""
     members = set(stateless)
     seen: set[str] = set()
@@ -227,8 +273,10 @@ def _connected(graph: LogicalGraph, stateless: list[str], level: dict[str, int])
             sid = todo.pop()
             group.append(sid)
             step = graph.step(sid)
-            neighbours = list(graph.producers(sid)) + [
-                graph.consumer(sid, port) for port in range(step.outputs)
+            neighbours = [p for p in graph.producers(sid) if (p, sid) not in cut] + [
+                c
+                for c in (graph.consumer(sid, port) for port in range(step.outputs))
+                if (sid, c) not in cut
             ]
             for other in neighbours:
                 if other in members and other not in seen and level[other] == level[sid]:
