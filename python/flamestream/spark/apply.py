@@ -127,9 +127,12 @@ class SparkGraph:
                     for sid, dest in self._leaving(stage)
                 }
             )
+            cyclic = len(stage.steps) > 1
             if stage.grouping and self._key_local(stage):
                 kind = f"keyed by {stage.grouping}: "
-                how = "shuffled by key, state per partition, cycles run in the task"
+                how = "shuffled by key, state per partition" + (
+                    ", its cycle runs in the task" if cyclic else ""
+                )
             elif stage.grouping:
                 kind = f"keyed by {stage.grouping}: "
                 how = (
