@@ -46,12 +46,22 @@ def union_find(lines: list[str]) -> dict[int, int]:
 
 
 def run_graph(
-    spark: SparkSession, flow: Dataflow, folder: Path, work: Path, *, limit: int, partitions: int
+    spark: SparkSession,
+    flow: Dataflow,
+    folder: Path,
+    work: Path,
+    *,
+    limit: int | None,
+    partitions: int,
+    fusion: bool = True,
 ) -> tuple[list[tuple], list[tuple]]:
     """(released, reference) rows ``(sink, ts, front, value)`` for ``flow`` over ``folder``."""
     to_files(fronts(spark, folder, stream=True, limit=limit), work / "fronts", work / "ck-f")
     df = fronts(spark, folder, stream=True, limit=limit)
-    out = apply_graph(flow, df, checkpoint_location=str(work / "ck"), partitions=partitions)
+    checkpoint = str(work / "ck")
+    out = apply_graph(
+        flow, df, checkpoint_location=checkpoint, partitions=partitions, fusion=fusion
+    )
     to_files(out, work / "out", work / "ck")
     released = sorted((r.sink, r.ts, r.front, r.value) for r in read_rows(work / "out"))
     want = sorted((s, ts, f, v) for s, ts, f, _, v in expected(flow, read_rows(work / "fronts")))
@@ -91,13 +101,20 @@ def test_connected_components_release_what_the_reference_releases_and_the_loop_h
     assert AckTable(state).after(json.loads(markers[-1].read_text())["batch"]) == {}
 
 
-def test_hops_graph_releases_what_the_reference_releases(spark: SparkSession, tmp_path: Path):
+@pytest.mark.parametrize(
+    ("partitions", "limit", "fusion"), [(1, 2, False), (2, 5, True), (4, None, True)]
+)
+def test_hops_graph_releases_what_the_reference_releases(
+    spark: SparkSession, tmp_path: Path, partitions: int, limit: int | None, fusion: bool
+):
     """The property tests' cross-key cycle: each value hops to the next key twice."""
     folder = tmp_path / "in"
     write_lines(folder / "a.txt", [str(n) for n in range(0, 24, 3)])
     write_lines(folder / "b.txt", [str(n) for n in range(1, 20, 4)])
     flow = hops()
-    released, want = run_graph(spark, flow, folder, tmp_path, limit=5, partitions=2)
+    released, want = run_graph(
+        spark, flow, folder, tmp_path, limit=limit, partitions=partitions, fusion=fusion
+    )
     assert released == want
     assert len(want) > 25
 
