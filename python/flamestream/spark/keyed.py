@@ -170,6 +170,7 @@ class KeyedRunner:
             if self._router is not None and self._router.sent and self.loop is not None:
                 task = f"{self.loop.stage}-{partition:05d}"
                 LoopStore(self.loop.state_url).send(batch_id, task, self._router.table())
+                crash_point("graph.loop.sent", batch_id)
             if self.checkpoint is not None:
                 # from inside the batch: with loops, what it sends on is not known yet
                 state.collect_garbage(read_min_time(self.checkpoint, batch_id, in_task=True))

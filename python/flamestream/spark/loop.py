@@ -48,6 +48,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailable
 
 from flamestream.errors import StepError
 from flamestream.model import DataItem, GlobalTime
+from flamestream.spark.faults import crash_point
 from flamestream.spark.items import (
     ITEM_SCHEMA,
     MAY_INVALIDATE,
@@ -289,7 +290,9 @@ class LoopReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from flamestream.spark.front import batch_id_of_task
 
         part: LoopRange = partition.value
-        table = LoopStore(self.state_url).receive(batch_id_of_task(), part.path)
+        batch_id = batch_id_of_task()
+        table = LoopStore(self.state_url).receive(batch_id, part.path)
+        crash_point("graph.loop.received", batch_id)
         yield from table.to_batches()
 
 
@@ -428,4 +431,5 @@ class LoopWriter:
             partition = context.partitionId() if context is not None else 0
             table = pa.Table.from_batches(rows).cast(ITEM_SCHEMA)
             LoopStore(self.state_url).send(batch_id, f"{self.name}-{partition:05d}", table)
+            crash_point("graph.loop.sent", batch_id)
         yield from ()
