@@ -36,17 +36,20 @@ from flamestream.spark.items import (
 )
 from flamestream.spark.keyed import KeyedRunner
 
-#: Traces an item may carry when it enters the cycle: siblings (child indexes) and versions
-#: (logical times) of one global time.
+#: Traces an item may carry when it enters the cycle: siblings (child indexes), versions
+#: (logical times) and descendants (longer traces) of one global time.
 TRACES = [
     ((0, 0), (0, 0)),
     ((0, 1), (0, 0)),
     ((0, 2), (0, 0)),
+    ((0, 0),),
+    ((0, 0), (0, 0), (0, 0)),
     ((1, 0), (0, 0)),
     ((2, 0), (0, 0)),
     ((0, 0), (1, 0)),
     ((0, 1), (2, 0)),
 ]
+IN_ORDER_TRACES = [0, 1, 2, 0, 1, 2, 3, 4]  # no versions: what a stateless stage sends
 
 REDUCERS: dict[str, tuple[Callable[[Any, Any], Any], Callable[[Any], Any] | None, bool]] = {
     "sum": (int.__add__, None, True),
@@ -139,7 +142,9 @@ def batches(draw: st.DrawFn, reducer: str) -> list[tuple[list[Event], GlobalTime
             ts = draw(st.integers(low, high))
             front = draw(st.integers(0, 1))
             trace = draw(
-                st.integers(0, len(TRACES) - 1) if not in_order else st.sampled_from([0, 1, 2])
+                st.integers(0, len(TRACES) - 1)
+                if not in_order
+                else st.sampled_from(IN_ORDER_TRACES)
             )
             if (ts, front, trace) in seen:
                 continue
@@ -156,62 +161,73 @@ def batches(draw: st.DrawFn, reducer: str) -> list[tuple[list[Event], GlobalTime
                 value = Reduced(key, initial(7))  # not a mapped item: the general path's
             events.append((ts, front, trace, flags, key, value))
         base += 9
-        gc_at = None
-        if draw(st.booleans()):
-            gc_at = GlobalTime(draw(st.integers(0, base + 4)), draw(st.integers(0, 1)))
+        gc_at = None  # garbage collection after the batch: often above all of it
+        if draw(st.integers(0, 3)):
+            gc_at = GlobalTime(draw(st.integers(base - 3, base + 2)), draw(st.integers(0, 1)))
         out.append((events, gc_at))
     return out
 
 
+#: What the property test's fast runs did: rows run() took fast, batches run whole.
 FAST_ROWS: list[int] = []
+WHOLE_BATCHES: list[bool] = []
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def counted(cycle: MapReduceCycle) -> None:
+    """Record in FAST_ROWS and WHOLE_BATCHES what ``cycle`` does."""
+    run, run_in_order = cycle.run, cycle.run_in_order
+
+    def counting_run(*args: Any) -> int:
+        FAST_ROWS.append(run(*args))
+        return FAST_ROWS[-1]
+
+    def counting_run_in_order(*args: Any) -> bool:
+        WHOLE_BATCHES.append(run_in_order(*args))
+        return WHOLE_BATCHES[-1]
+
+    cycle.run = counting_run  # type: ignore[method-assign]
+    cycle.run_in_order = counting_run_in_order  # type: ignore[method-assign]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), reducer=st.sampled_from(sorted(REDUCERS)), latest=st.booleans())
 def test_fast_path_equals_the_general_path(data, reducer, latest):
     script = data.draw(batches(reducer))
-    fast, general = (
-        runner(reducer, latest=latest, fast=True),
-        runner(reducer, latest=latest, fast=False),
-    )
+    fast = runner(reducer, latest=latest, fast=True)
+    general = runner(reducer, latest=latest, fast=False)
     assert fast.cycle is not None
-    counting = fast.cycle.run
-
-    def run(*args: Any) -> int:
-        done = counting(*args)
-        FAST_ROWS.append(done)
-        return done
-
-    fast.cycle.run = run  # type: ignore[method-assign]
+    counted(fast.cycle)
     g = fast.grouping
     states = [GroupingState(g.step_id, g.window, g.key) for _ in range(2)]
     min_time = GlobalTime(-1, 0)
     for events, gc_at in script:
-        if not events:
-            continue
-        rows = table(events)
-        got = fast._run(rows, states[0])
-        want = general._run(rows, states[1])
-        assert got.equals(want), (got.to_pylist(), want.to_pylist())
-        assert view(states[0]) == view(states[1])
-        if gc_at is not None and gc_at > min_time:  # the min-time never moves back
+        collect = gc_at is not None and gc_at > min_time  # the min-time never moves back
+        if collect:
             min_time = gc_at
+        if events:  # as a keyed task runs a batch: the rows, then GC below the min-time
+            rows = table(events)
+            got = fast._run(rows, states[0], min_time if collect else None)
+            want = general._run(rows, states[1], min_time if collect else None)
+            assert got.equals(want), (got.to_pylist(), want.to_pylist())
+        if collect:
             for state in states:
                 state.collect_garbage(min_time)
-            assert view(states[0]) == view(states[1])
+        assert view(states[0]) == view(states[1])
         restored = []
-        for state in states:  # as a keyed task would find it in the next batch
+        for state in states:  # as the next batch's task finds it
             again = GroupingState(g.step_id, g.window, g.key)
             again.restore(state.snapshot())
             restored.append(again)
         states = restored
 
 
-def test_the_random_batches_exercise_the_fast_path():
-    """A guard on the property above: most of its rows really took the fast path."""
+def test_the_random_batches_exercise_the_fast_paths():
+    """A guard on the property above: both fast paths really ran, and often."""
     if not FAST_ROWS:
         pytest.skip("runs after the property test")
     assert sum(FAST_ROWS) > 500
+    assert sum(WHOLE_BATCHES) > 50
+    assert not all(WHOLE_BATCHES)
 
 
 def test_only_map_reduce_cycles_get_the_fast_path():

@@ -30,8 +30,10 @@ would make of the batch. ``tests/unit/test_fastpath.py`` checks that on random b
 
 from __future__ import annotations
 
+import pickle
 import struct
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from functools import partial
 from heapq import heappush
 from operator import attrgetter
 from typing import Any
@@ -44,6 +46,7 @@ from flamestream.graph.steps import Broadcast, Filter, Grouping, Map, Merge
 from flamestream.model import DataItem, GlobalTime, LocalTime, Meta
 from flamestream.runtime.grouping import Bucket, GroupingState
 from flamestream.spark.items import (
+    MAPPED_TAG,
     MAY_INVALIDATE,
     TOMBSTONE,
     decode_payload,
@@ -128,15 +131,21 @@ class Leaving:
         positions: list[Any] = []
         last: tuple[int, int] | None = None
         where: tuple[Any, Any] = (None, None)
-        for dest, ts, front, flag, payload in zip(
-            self.dests, self.times, self.fronts, self.flags, self.payloads, strict=True
-        ):
+        for ts, front in zip(self.times, self.fronts, strict=True):
             if (ts, front) != last:  # rows of one global time mostly come together
                 last = (ts, front)
                 where = determinants.get(GlobalTime(ts, front), (None, None))
             sources.append(where[0])
             positions.append(where[1])
-            out.add(dest, payload, flag, _Where(GlobalTime(ts, front), where))
+        start = 0
+        while start < len(self.dests):  # runs of rows for one destination, in bulk
+            dest = self.dests[start]
+            stop = start + 1
+            while stop < len(self.dests) and self.dests[stop] == dest:
+                stop += 1
+            located = partial(self._where, start, sources, positions)
+            out.extend(dest, self.payloads[start:stop], self.flags[start:stop], located)
+            start = stop
         return out.batch(
             pa.array(self.times, pa.int64()),
             pa.array(self.fronts, pa.int32()),
@@ -146,17 +155,12 @@ class Leaving:
             pa.array(positions, pa.int64()),
         )
 
-
-class _Where:
-    """A row's global time and determinant, for error messages (called only on an error)."""
-
-    __slots__ = ("determinant", "time")
-
-    def __init__(self, time: GlobalTime, determinant: Any) -> None:
-        self.time, self.determinant = time, determinant
-
-    def __call__(self) -> tuple[GlobalTime, Any]:
-        return self.time, self.determinant
+    def _where(
+        self, start: int, sources: list[Any], positions: list[Any], nth: int
+    ) -> tuple[GlobalTime, Any]:
+        """Row ``start + nth``'s global time and determinant (for error messages)."""
+        row = start + nth
+        return GlobalTime(self.times[row], self.fronts[row]), (sources[row], positions[row])
 
 
 class MapReduceCycle:
@@ -172,6 +176,7 @@ class MapReduceCycle:
         # broadcast's after (the leaving copy's, and the copy going back through the merge)
         self.exit_tail = encode_trace((_L00, _L00, LocalTime(0, exit_port)))
         self.back_tail = (_L00, _L00, LocalTime(0, back_port), _L00)
+        self.back_bytes = encode_trace(self.back_tail)
 
     @classmethod
     def of(cls, graph: LogicalGraph, stage: Stage) -> MapReduceCycle | None:
@@ -211,6 +216,131 @@ class MapReduceCycle:
         if ports[exit_port] in inside:
             return None
         return cls(merge.step_id, ports[exit_port], exit_port, back, reduce.fn)
+
+    def run_in_order(
+        self,
+        state: GroupingState,
+        columns: Mapping[str, list[Any]],
+        determinants: dict[GlobalTime, tuple[Any, Any]],
+        leaving: Leaving,
+        min_time: GlobalTime,
+    ) -> bool:
+        """The whole batch at once, if it is in order and below ``min_time``; or False.
+
+        Only for a caller that collects garbage below ``min_time`` right after. The collection
+        keeps, of a bucket's items below the min-time, only the last one (window - 1), and
+        drops every index entry below it. So of what :meth:`run` would add to the state for a
+        batch lying wholly below the min-time, only each key's last reduced item survives:
+        this adds just those (and the clocks, the statistics, the index heap's pushes) and
+        leaves the rest to ``collect_garbage`` as before. Two passes: the first checks every
+        row and computes the leaving rows without touching the state; if a row is not in
+        order (or a reduce raises), its rows are taken back, nothing has changed and it
+        returns False (then :meth:`run` does the batch).
+        """
+        buckets: dict[Hashable, Bucket] = state._buckets
+        by_time = state._by_time
+        reduce, merge, exit_to = self.reduce, self.merge, self.exit_to
+        exit_tail, back_bytes = self.exit_tail, self.back_bytes
+        pack = _LOCAL.pack
+        loads = pickle.loads
+        out_times, out_fronts = leaving.times, leaving.fronts
+        out_traces, out_payloads = leaving.traces, leaving.payloads
+        mark = len(leaving)
+        entering: dict[bytes, bytes] = {}  # entering trace -> the bytes of it at the grouping
+        merge_local = _LOCAL.pack(0, 0)
+        # per key: [trace bytes at the grouping of its last reduced item (None: the bucket's
+        # last item, not compared by bytes), its global time, its payload, the bucket's clock,
+        # the key's items in the batch, the entering trace of the last one]
+        keys: dict[Hashable, list[Any]] = {}
+        times: list[GlobalTime] = []  # distinct global times, in order
+        decoded = _TraceCache()
+        last: tuple[int, int] | None = None
+        time = GlobalTime(0, 0)
+        ok = True
+        for ts, front, trace, flags, source, position, to, payload in zip(
+            columns["ts"],
+            columns["front"],
+            columns["trace"],
+            columns["flags"],
+            columns["source"],
+            columns["position"],
+            columns["to"],
+            columns["payload"],
+            strict=True,
+        ):
+            if (ts, front) != last:
+                last = (ts, front)
+                time = GlobalTime(ts, front)
+                determinants.setdefault(time, (source, position))
+                peers = by_time.get(time)
+                if not time < min_time or (peers and any(p.may_invalidate for _, p in peers)):
+                    ok = False
+                    break
+                times.append(time)
+            if flags or to != merge or payload is None or payload[:1] != MAPPED_TAG:
+                ok = False
+                break
+            mapped = Mapped(*loads(payload[1:]))
+            x_bytes = entering.get(trace)
+            if x_bytes is None:
+                x_bytes = entering[trace] = trace + merge_local
+            key = mapped.key
+            held = keys.get(key)
+            if held is None:
+                bucket = buckets.get(key)
+                previous = bucket.items[-1] if bucket is not None and bucket.items else None
+                if previous is not None and not previous.meta < Meta(time, decoded(trace)):
+                    ok = False
+                    break
+                clock = bucket.clock if bucket is not None else 0
+                window = (mapped,) if previous is None else (previous.payload, mapped)
+                held = keys[key] = [None, time, None, clock, 0, trace]
+            else:
+                # after the key's last reduced item r (same time: compare the encoded traces)
+                if held[1] is time and not x_bytes > held[0]:
+                    ok = False
+                    break
+                window = (held[2], mapped)
+            try:
+                reduced = reduce(window)
+            except Exception:  # run() leaves the item to the general path, which names it
+                ok = False
+                break
+            clock = held[3] + 1
+            held[0] = x_bytes + pack(clock, 0) + back_bytes
+            held[1], held[2], held[3], held[5] = time, reduced, clock + 1, trace
+            held[4] += 1
+            out_times.append(ts)
+            out_fronts.append(front)
+            out_traces.append(x_bytes + pack(clock, 0) + exit_tail)
+            out_payloads.append(reduced)
+        if not ok:
+            del out_times[mark:], out_fronts[mark:], out_traces[mark:], out_payloads[mark:]
+            return False
+        added = len(out_times) - mark
+        leaving.dests += [exit_to] * added
+        leaving.flags += [0] * added
+        # What run() and then collect_garbage(min_time) leave, minus the collection itself.
+        times_heap, stats = state._times, state.stats
+        for time in times:  # the index's heap gets what run() pushes; the GC pops them
+            if time not in by_time:
+                by_time[time] = []
+                heappush(times_heap, time)
+        oversized = state._oversized
+        back_tail = self.back_tail
+        for key, (_, time, reduced, clock, count, trace) in keys.items():
+            bucket = buckets.get(key)
+            if bucket is None:
+                bucket = buckets[key] = Bucket()
+            # the key's last reduced item: the only one of the batch the collection keeps
+            r_trace = (*decoded(trace), LocalTime(clock - 1, 0), *back_tail)
+            bucket.items.append(DataItem(reduced, Meta(time, r_trace)))
+            bucket.clock = clock
+            oversized.add(key)
+            stats.collected += 2 * count - 1  # the x and r items run() would have added
+        stats.received += 2 * added
+        stats.emitted += 2 * added
+        return True
 
     def run(
         self,
@@ -321,3 +451,13 @@ class MapReduceCycle:
             out_payloads.append(reduced)
             fast += 1
         return fast
+
+
+class _TraceCache(dict[bytes, tuple[LocalTime, ...]]):
+    """Entering trace (encoded) -> the item's trace at the grouping (after the merge)."""
+
+    def __call__(self, trace: bytes) -> tuple[LocalTime, ...]:
+        found = self.get(trace)
+        if found is None:
+            found = self[trace] = (*decode_trace(trace), _L00)
+        return found

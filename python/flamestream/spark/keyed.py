@@ -158,28 +158,39 @@ class KeyedRunner:
             snapshot = self.store.load(partition, batch_id)
             if snapshot is not None:
                 state.restore(snapshot)
+        min_time = None  # what garbage collection after the batch keeps above
+        if durable and self.checkpoint is not None:
+            # from inside the batch: with loops, what it sends on is not known yet (so the
+            # answer does not depend on this task, and may be read before it runs)
+            min_time = read_min_time(self.checkpoint, batch_id, in_task=True)
         tables = [b for b in batches if b.num_rows]
         output = None
         if tables:
             table = pa.Table.from_batches(tables).sort_by(
                 [("ts", "ascending"), ("front", "ascending"), ("trace", "ascending")]
             )
-            output = self._run(table, state)
+            output = self._run(table, state, min_time)
         if durable:
             assert self.store is not None  # noqa: S101
             if self._router is not None and self._router.sent and self.loop is not None:
                 task = f"{self.loop.stage}-{partition:05d}"
                 LoopStore(self.loop.state_url).send(batch_id, task, self._router.table())
                 crash_point("graph.loop.sent", batch_id)
-            if self.checkpoint is not None:
-                # from inside the batch: with loops, what it sends on is not known yet
-                state.collect_garbage(read_min_time(self.checkpoint, batch_id, in_task=True))
+            if min_time is not None:
+                state.collect_garbage(min_time)
             self.store.save(partition, batch_id, state.snapshot())
             crash_point("graph.keyed.saved", batch_id)
         if output is not None and output.num_rows:
             yield output
 
-    def _run(self, table: pa.Table, state: GroupingState) -> pa.RecordBatch:
+    def _run(
+        self, table: pa.Table, state: GroupingState, min_time: GlobalTime | None = None
+    ) -> pa.RecordBatch:
+        """The rows leaving the stage for ``table``'s rows (in meta order), applied to ``state``.
+
+        ``min_time``, if given, is where the caller collects garbage right after: a batch of
+        map_reduce items wholly below it and in order then runs at once (fastpath).
+        """
         determinants: dict[GlobalTime, tuple[Any, Any]] = {}
 
         def call(
@@ -223,9 +234,13 @@ class KeyedRunner:
                     outputs = handler(current)
                     queue.extend(outputs if router is None else router.route(outputs))
 
-        if self.cycle is not None and self.fast and router is None:
-            self.cycle.run(state, columns, determinants, deliver, leaving)
-        else:
+        cycle = self.cycle if self.fast and router is None else None
+        if cycle is not None and (
+            min_time is None
+            or not cycle.run_in_order(state, columns, determinants, leaving, min_time)
+        ):
+            cycle.run(state, columns, determinants, deliver, leaving)
+        elif cycle is None:
             sources, positions = columns["source"], columns["position"]
             for row in range(table.num_rows):
                 time = GlobalTime(ts[row], fronts[row])

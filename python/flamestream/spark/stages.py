@@ -15,7 +15,7 @@ trace, a tombstone stays a tombstone, a dropped replayed item becomes one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -489,16 +489,14 @@ class StageRunner:
         for dest in [d for d in leaving if d in self.precombine]:
             leaving[dest] = self._combined(batch, leaving[dest], self.precombine[dest])
         for dest, items in leaving.items():
-            for row, suffix, payload, flag in zip(
-                items.rows, items.suffixes, items.payloads, items.flags, strict=True
-            ):
+            for row, suffix in zip(items.rows, items.suffixes, strict=True):
                 encoded = suffix_bytes.get(id(suffix))
                 if encoded is None:
                     encoded = suffix_bytes[id(suffix)] = encode_trace(suffix)
-                rows.append(row)
                 traces.append(old_traces[row] + encoded)
-                flags.append(flag)
-                out.add(dest, payload, flag, partial(_determinant, batch, row))
+            rows += items.rows
+            flags += items.flags
+            out.extend(dest, items.payloads, items.flags, partial(_nth_determinant, batch, items))
         taken = pa.array(rows, pa.int64())
         return out.batch(
             pc.take(batch.column("ts"), taken),
@@ -550,6 +548,11 @@ class StageRunner:
             out.payloads.append(Mapped(key, values[key]))
             out.flags.append(0)
         return out
+
+
+def _nth_determinant(batch: pa.RecordBatch, items: _Items, nth: int) -> tuple[GlobalTime, Any]:
+    """The global time and determinant of the ``nth`` of ``items`` (for error messages)."""
+    return _determinant(batch, items.rows[nth])
 
 
 def _determinant(batch: pa.RecordBatch, row: int) -> tuple[GlobalTime, Any]:
@@ -611,6 +614,46 @@ class ExitRows:
         else:
             self.payloads.append(encode_payload(payload))
             self.values.append(None)
+
+    def extend(
+        self,
+        dest: str,
+        payloads: Sequence[Any],
+        flags: Sequence[int],
+        where: Callable[[int], tuple[GlobalTime, Any]],
+    ) -> None:
+        """Leaving items all bound for ``dest``: what ``add`` does for each, in bulk.
+
+        ``where(i)`` gives the ``i``-th item's time and determinant for errors. Should a user
+        function (key, render) raise, the items are added one by one again, so the error is
+        the one ``add`` raises for the first failing item.
+        """
+        count = len(payloads)
+        if any(flag & TOMBSTONE for flag in flags):
+            for nth, (payload, flag) in enumerate(zip(payloads, flags, strict=True)):
+                self.add(dest, payload, flag, partial(where, nth))
+            return
+        key_fn = self.exits.keys.get(dest)
+        try:
+            if key_fn is None:
+                keys: list[bytes | None] = [None] * count
+            else:
+                keys = [encode_key(key_fn(payload)) for payload in payloads]
+            if dest in self.exits.sinks:
+                render = self.exits.render
+                values: list[str | None] = [render(payload) for payload in payloads]
+                encoded: list[bytes | None] = [None] * count
+            else:
+                encoded = [encode_payload(payload) for payload in payloads]
+                values = [None] * count
+        except Exception:  # a user function failed: find and name the item, as add does
+            for nth, payload in enumerate(payloads):
+                self.add(dest, payload, 0, partial(where, nth))
+            return
+        self.targets += [dest] * count
+        self.keys += keys
+        self.payloads += encoded
+        self.values += values
 
     def batch(self, *meta: pa.Array) -> pa.RecordBatch:
         """The rows, given their ts, front, trace, flags, source and position columns."""
