@@ -1,4 +1,11 @@
-"""Run a query module in a child process that a crash point may SIGKILL (shared by crash tests)."""
+"""What the crash tests share: child jobs a crash point may SIGKILL, and chains of crashes.
+
+A job module (``tests.spark.crash_job`` …) defines ``start(spark, …) -> StreamingQuery`` and
+runs it as a child with :func:`job_main`, on the tests' session settings
+(:func:`tests.sessions.local_session`). A test runs that child at a crash point
+(:func:`run_child`), or crashes it at several points in a row and then lets it finish
+(:func:`run_chain`).
+"""
 
 from __future__ import annotations
 
@@ -6,37 +13,84 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from flamestream.spark.faults import ENV
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from flamestream.spark import faults
+
+from .sessions import local_session
 
 ROOT = Path(__file__).resolve().parents[1]
 
+#: A query of a child job, started on the given session.
+Start = Callable[[SparkSession], StreamingQuery]
 
-def run_child(module: str, args: list[str], crash_at: str | None = None) -> int:
-    """Run ``python -m module *args``; return 0, or -SIGKILL if a crash point killed it.
+
+def job_main(start: Start, master: str = "local[2]") -> None:
+    """In the child: arm the crash points, run ``start``'s query to its end, stop Spark."""
+    faults.arm()  # a crash point anywhere kills this driver's whole process group
+    names = (faults.ENV, faults.SCOPE_ENV, faults.ONCE_ENV)
+    # executors in cluster modes are separate JVMs: they get the crash settings as environment
+    conf = {f"spark.executorEnv.{n}": os.environ[n] for n in names if n in os.environ}
+    spark = local_session(master, conf)
+    query = start(spark)
+    query.awaitTermination()
+    spark.stop()
+
+
+def spawn(
+    module: str, args: Sequence[str], env: Mapping[str, str], timeout: float = 300
+) -> subprocess.CompletedProcess[bytes]:
+    """Run ``python -m module *args`` from the project root with ``env`` added, to its end.
 
     The child gets its own process group (a crash kills that group, never the test runner),
-    ``FLAMESTREAM_CRASH_AT`` only if ``crash_at`` is given, and a driver JVM tuned to start
-    fast. Any other exit fails the calling test with the child's stderr.
+    none of this process's ``FLAMESTREAM_CRASH_*`` variables, and a driver JVM tuned to start
+    fast; its output is captured.
     """
-    env = {k: v for k, v in os.environ.items() if k != ENV}
-    env["PYSPARK_PYTHON"] = sys.executable
+    full = {k: v for k, v in os.environ.items() if not k.startswith("FLAMESTREAM_CRASH")}
+    full["PYSPARK_PYTHON"] = sys.executable
     # short-lived driver JVMs: C1 only and the serial collector start about 20% faster
-    env["PYSPARK_SUBMIT_ARGS"] = (
+    full["PYSPARK_SUBMIT_ARGS"] = (
         "--driver-java-options '-XX:TieredStopAtLevel=1 -XX:+UseSerialGC' pyspark-shell"
     )
-    if crash_at:
-        env[ENV] = crash_at
-    done = subprocess.run(
+    full.update(env)
+    return subprocess.run(
         [sys.executable, "-m", module, *args],
         cwd=ROOT,
-        env=env,
+        env=full,
         start_new_session=True,
         capture_output=True,
-        timeout=300,
+        timeout=timeout,
         check=False,
     )
+
+
+def run_child(module: str, args: Sequence[str], crash_at: str | None = None) -> int:
+    """Run the job ``module``; return 0, or -SIGKILL if the crash point ``crash_at`` killed it.
+
+    Any other exit fails the calling test with the child's stderr.
+    """
+    done = spawn(module, args, {faults.ENV: crash_at} if crash_at else {})
     if done.returncode not in (0, -signal.SIGKILL):
         raise AssertionError(done.stderr.decode()[-3000:])
     return done.returncode
+
+
+def run_chain(
+    module: str,
+    args: Sequence[str],
+    crashes: Sequence[str],
+    after_crash: Callable[[str], None] | None = None,
+) -> None:
+    """Kill the child at each crash in turn, each run restarting from the last, then finish it.
+
+    ``after_crash(crash)`` checks what is visible after each crash (before the restart).
+    """
+    for crash in crashes:
+        assert run_child(module, args, crash) == -signal.SIGKILL, f"{crash} was never reached"
+        if after_crash is not None:
+            after_crash(crash)
+    assert run_child(module, args) == 0

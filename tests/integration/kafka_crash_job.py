@@ -8,22 +8,17 @@ from __future__ import annotations
 import sys
 
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
-from flamestream.spark import faults
+from ..crash import job_main
 
 RECORDS_PER_BATCH = 12
 
 
-def main(servers: str, source: str, target: str, checkpoint: str) -> None:
-    faults.arm()
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+def start(
+    spark: SparkSession, servers: str, source: str, target: str, checkpoint: str
+) -> StreamingQuery:
+    """Start the query on ``spark``."""
     df = (
         spark.readStream.format("flamestream")
         .option("front", "kafka")
@@ -33,7 +28,7 @@ def main(servers: str, source: str, target: str, checkpoint: str) -> None:
         .option("clock", "logical")
         .load()
     )
-    query = (
+    return (
         df.select("ts", "front", "key", "value")
         .writeStream.format("flamestream")
         .option("sink", "kafka")
@@ -43,9 +38,8 @@ def main(servers: str, source: str, target: str, checkpoint: str) -> None:
         .trigger(availableNow=True)
         .start()
     )
-    query.awaitTermination()
-    spark.stop()
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    servers, source, target, checkpoint = sys.argv[1:5]
+    job_main(lambda spark: start(spark, servers, source, target, checkpoint))

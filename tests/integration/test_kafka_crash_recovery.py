@@ -7,7 +7,6 @@ produced: nothing lost, nothing twice, aborted transactions invisible.
 
 from __future__ import annotations
 
-import signal
 import uuid
 import warnings
 from pathlib import Path
@@ -16,13 +15,15 @@ import pytest
 
 from flamestream.testing_kafka import KafkaBroker
 
-from ..crash import run_child
+from ..crash import run_chain, run_child
 from .test_kafka_sink import committed_records
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka import KafkaProducer
 
+
+JOB = "tests.integration.kafka_crash_job"
 
 CHAINS = [
     ["front.read:0", "sink.kafka.in_transaction:1", "sink.commit.released:2"],
@@ -43,9 +44,8 @@ def source_topic(kafka_broker: KafkaBroker) -> str:
     return name
 
 
-def run(broker: KafkaBroker, source: str, target: str, work: Path, crash: str | None) -> int:
-    args = [broker.bootstrap_servers, source, target, str(work / "ck")]
-    return run_child("tests.integration.kafka_crash_job", args, crash)
+def job_args(broker: KafkaBroker, source: str, target: str, work: Path) -> list[str]:
+    return [broker.bootstrap_servers, source, target, str(work / "ck")]
 
 
 def fresh_output(broker: KafkaBroker) -> str:
@@ -57,7 +57,8 @@ def fresh_output(broker: KafkaBroker) -> str:
 @pytest.fixture(scope="module")
 def unbroken(kafka_broker: KafkaBroker, source_topic: str, tmp_path_factory) -> list:
     target = fresh_output(kafka_broker)
-    assert run(kafka_broker, source_topic, target, tmp_path_factory.mktemp("ok"), None) == 0
+    work = tmp_path_factory.mktemp("ok")
+    assert run_child(JOB, job_args(kafka_broker, source_topic, target, work)) == 0
     records = committed_records(kafka_broker, target)
     assert sorted(v for _, v, _ in records) == [f"v{i:02d}".encode() for i in range(30)]
     return records
@@ -68,8 +69,5 @@ def test_killed_kafka_query_recovers_to_exactly_the_unbroken_output(
     chain, kafka_broker, source_topic, unbroken, tmp_path
 ):
     target = fresh_output(kafka_broker)
-    for crash in chain:
-        code = run(kafka_broker, source_topic, target, tmp_path, crash)
-        assert code == -signal.SIGKILL, f"{crash} was never reached"
-    assert run(kafka_broker, source_topic, target, tmp_path, None) == 0
+    run_chain(JOB, job_args(kafka_broker, source_topic, target, tmp_path), chain)
     assert committed_records(kafka_broker, target) == unbroken

@@ -13,33 +13,21 @@ is the sink's release mode (``commit`` or ``tasks``).
 
 from __future__ import annotations
 
-import os
 import sys
 
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
-from flamestream.spark import faults
+from ..crash import job_main
 
-#: Records per batch: with CRASH_INPUT below, three batches.
+#: Records per batch: with the crash tests' input (27 lines), three batches.
 RECORDS_PER_BATCH = 10
 
 
-def main(
-    source: str, out: str, checkpoint: str, master: str = "local[2]", release: str = "commit"
-) -> None:
-    faults.arm()  # a crash point anywhere kills this driver's whole process group
-    builder = (
-        SparkSession.builder.master(master)
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
-    )
-    for name in (faults.ENV, faults.SCOPE_ENV, faults.ONCE_ENV):
-        if name in os.environ:
-            builder = builder.config(f"spark.executorEnv.{name}", os.environ[name])
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+def start(
+    spark: SparkSession, source: str, out: str, checkpoint: str, release: str = "commit"
+) -> StreamingQuery:
+    """Start the query on ``spark``."""
     df = (
         spark.readStream.format("flamestream")
         .option("front", "files")
@@ -48,7 +36,7 @@ def main(
         .option("clock", "logical")
         .load()
     )
-    query = (
+    return (
         df.writeStream.format("flamestream")
         .option("sink", "files")
         .option("path", out)
@@ -57,8 +45,12 @@ def main(
         .trigger(availableNow=True)
         .start()
     )
-    query.awaitTermination()
-    spark.stop()
+
+
+def main(
+    source: str, out: str, checkpoint: str, master: str = "local[2]", release: str = "commit"
+) -> None:
+    job_main(lambda spark: start(spark, source, out, checkpoint, release), master)
 
 
 if __name__ == "__main__":

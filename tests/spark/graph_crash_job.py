@@ -13,9 +13,12 @@ import sys
 from operator import add
 
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from flamestream import Dataflow, map_reduce
-from flamestream.spark import apply_graph, faults
+from flamestream.spark import apply_graph
+
+from ..crash import job_main
 
 RECORDS_PER_BATCH = 4
 
@@ -28,16 +31,8 @@ def word_count() -> Dataflow:
     return flow
 
 
-def main(source: str, out: str, checkpoint: str) -> None:
-    faults.arm()
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+def start(spark: SparkSession, source: str, out: str, checkpoint: str) -> StreamingQuery:
+    """Start the query on ``spark``."""
     df = (
         spark.readStream.format("flamestream")
         .option("front", "files")
@@ -46,7 +41,7 @@ def main(source: str, out: str, checkpoint: str) -> None:
         .option("clock", "logical")
         .load()
     )
-    query = (
+    return (
         apply_graph(word_count(), df, checkpoint_location=checkpoint)
         .writeStream.format("flamestream")
         .option("sink", "files")
@@ -55,9 +50,8 @@ def main(source: str, out: str, checkpoint: str) -> None:
         .trigger(availableNow=True)
         .start()
     )
-    query.awaitTermination()
-    spark.stop()
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    source, out, checkpoint = sys.argv[1:4]
+    job_main(lambda spark: start(spark, source, out, checkpoint))

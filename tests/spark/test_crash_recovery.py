@@ -10,16 +10,16 @@ byte-identical to those of a run that was never interrupted: nothing lost, nothi
 from __future__ import annotations
 
 import json
-import signal
 from pathlib import Path
 
 import pytest
 
 from flamestream.spark.faults import POINTS
 
-from ..crash import run_child
+from ..crash import run_chain, run_child
 from .conftest import write_lines
 
+JOB = "tests.spark.crash_job"
 BATCHES = 3
 
 
@@ -29,9 +29,8 @@ def make_input(folder: Path) -> None:
     write_lines(folder / "c.txt", [f"c{i:02d}" for i in range(6)], tail="no-newline-yet")
 
 
-def run_job(work: Path, crash_at: str | None = None, release: str = "commit") -> int:
-    args = [str(work / d) for d in ("in", "out", "ck")] + ["local[2]", release]
-    return run_child("tests.spark.crash_job", args, crash_at)
+def job_args(work: Path, master: str = "local[2]", release: str = "commit") -> list[str]:
+    return [str(work / d) for d in ("in", "out", "ck")] + [master, release]
 
 
 def outputs(work: Path) -> dict[str, bytes]:
@@ -47,7 +46,7 @@ def outputs(work: Path) -> dict[str, bytes]:
 def unbroken(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     work = tmp_path_factory.mktemp("unbroken")
     make_input(work / "in")
-    assert run_job(work) == 0
+    assert run_child(JOB, job_args(work)) == 0
     files = outputs(work)
     assert len(files) == BATCHES
     lines = b"".join(files.values()).splitlines()
@@ -75,9 +74,7 @@ def test_killed_query_recovers_to_exactly_the_unbroken_output(
     crashes: list[str], unbroken: dict[str, bytes], tmp_path: Path
 ):
     make_input(tmp_path / "in")
-    for crash in crashes:
-        assert run_job(tmp_path, crash) == -signal.SIGKILL, f"{crash} was never reached"
-    assert run_job(tmp_path) == 0
+    run_chain(JOB, job_args(tmp_path), crashes)
     assert outputs(tmp_path) == unbroken
 
 
@@ -94,7 +91,7 @@ TASK_RELEASE_CASES = [
 def unbroken_task_release(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     work = tmp_path_factory.mktemp("unbroken-tasks")
     make_input(work / "in")
-    assert run_job(work, release="tasks") == 0
+    assert run_child(JOB, job_args(work, release="tasks")) == 0
     return outputs(work)
 
 
@@ -120,8 +117,6 @@ def test_killed_task_release_query_recovers_to_exactly_the_unbroken_output(
     crashes: list[str], unbroken_task_release: dict[str, bytes], tmp_path: Path
 ):
     make_input(tmp_path / "in")
-    for crash in crashes:
-        assert run_job(tmp_path, crash, "tasks") == -signal.SIGKILL, f"{crash} was never reached"
-    assert run_job(tmp_path, release="tasks") == 0
+    run_chain(JOB, job_args(tmp_path, release="tasks"), crashes)
     assert outputs(tmp_path) == unbroken_task_release
     assert not list((tmp_path / "out").glob(".*")), "unpublished parts left behind"
