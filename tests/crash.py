@@ -1,10 +1,11 @@
-"""What the crash tests share: child jobs a crash point may SIGKILL, and chains of crashes.
+"""What the crash tests share: child jobs a crash point may SIGKILL, chains of crashes, references.
 
 A job module (``tests.spark.crash_job`` …) defines ``start(spark, …) -> StreamingQuery`` and
-runs it as a child with :func:`job_main`, on the tests' session settings
-(:func:`tests.sessions.local_session`). A test runs that child at a crash point
-(:func:`run_child`), or crashes it at several points in a row and then lets it finish
-(:func:`run_chain`).
+runs it as a child with :func:`job_main`. A test runs that child at a crash point
+(:func:`run_child`), crashes it at several points in a row and then lets it finish
+(:func:`run_chain`), and gets the reference output from the same query, never interrupted, on
+the test session (:func:`run_unbroken`): no JVM to start, same session settings
+(:func:`tests.sessions.local_session`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,17 @@ def job_main(start: Start, master: str = "local[2]") -> None:
     query = start(spark)
     query.awaitTermination()
     spark.stop()
+
+
+def run_unbroken(start: Start, spark: SparkSession) -> None:
+    """Run ``start``'s query on the test session to its end, never interrupted."""
+    query = start(spark)
+    finished = query.awaitTermination(300)
+    if query.exception():
+        raise query.exception()  # type: ignore[misc]
+    if not finished:
+        query.stop()
+        raise AssertionError("the unbroken run did not finish in 300 s")
 
 
 def spawn(

@@ -12,10 +12,12 @@ import warnings
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from flamestream.testing_kafka import KafkaBroker
 
-from ..crash import run_chain, run_child
+from ..crash import run_chain, run_unbroken
+from . import kafka_crash_job
 from .test_kafka_sink import committed_records
 
 with warnings.catch_warnings():
@@ -55,10 +57,12 @@ def fresh_output(broker: KafkaBroker) -> str:
 
 
 @pytest.fixture(scope="module")
-def unbroken(kafka_broker: KafkaBroker, source_topic: str, tmp_path_factory) -> list:
+def unbroken(
+    spark: SparkSession, kafka_broker: KafkaBroker, source_topic: str, tmp_path_factory
+) -> list:
     target = fresh_output(kafka_broker)
-    work = tmp_path_factory.mktemp("ok")
-    assert run_child(JOB, job_args(kafka_broker, source_topic, target, work)) == 0
+    args = job_args(kafka_broker, source_topic, target, tmp_path_factory.mktemp("ok"))
+    run_unbroken(lambda s: kafka_crash_job.start(s, *args), spark)
     records = committed_records(kafka_broker, target)
     assert sorted(v for _, v, _ in records) == [f"v{i:02d}".encode() for i in range(30)]
     return records

@@ -4,7 +4,8 @@ Each case runs the query of :mod:`tests.spark.crash_job` in a child process (its
 group: the driver, the JVM and the Python workers). ``FLAMESTREAM_CRASH_AT`` makes whichever
 process reaches the point kill that whole group. The test checks the child really died by
 SIGKILL, restarts it from the same checkpoint, and requires the released files to be
-byte-identical to those of a run that was never interrupted: nothing lost, nothing twice.
+byte-identical to those of the same query never interrupted (run on the test session):
+nothing lost, nothing twice.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import json
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from flamestream.spark.faults import POINTS
 
-from ..crash import run_chain, run_child
+from ..crash import run_chain, run_unbroken
+from . import crash_job
 from .conftest import write_lines
 
 JOB = "tests.spark.crash_job"
@@ -42,12 +45,17 @@ def outputs(work: Path) -> dict[str, bytes]:
     }
 
 
-@pytest.fixture(scope="module")
-def unbroken(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
-    work = tmp_path_factory.mktemp("unbroken")
+def unbroken_outputs(spark: SparkSession, work: Path, release: str = "commit") -> dict[str, bytes]:
+    """The job's query on ``work``'s copy of the input, run on the test session, uninterrupted."""
     make_input(work / "in")
-    assert run_child(JOB, job_args(work)) == 0
-    files = outputs(work)
+    source, out, checkpoint = (str(work / d) for d in ("in", "out", "ck"))
+    run_unbroken(lambda s: crash_job.start(s, source, out, checkpoint, release), spark)
+    return outputs(work)
+
+
+@pytest.fixture(scope="module")
+def unbroken(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    files = unbroken_outputs(spark, tmp_path_factory.mktemp("unbroken"))
     assert len(files) == BATCHES
     lines = b"".join(files.values()).splitlines()
     assert len(lines) == 27 == len(set(lines))
@@ -88,11 +96,10 @@ TASK_RELEASE_CASES = [
 
 
 @pytest.fixture(scope="module")
-def unbroken_task_release(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
-    work = tmp_path_factory.mktemp("unbroken-tasks")
-    make_input(work / "in")
-    assert run_child(JOB, job_args(work, release="tasks")) == 0
-    return outputs(work)
+def unbroken_task_release(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, bytes]:
+    return unbroken_outputs(spark, tmp_path_factory.mktemp("unbroken-tasks"), "tasks")
 
 
 def rows_in_time_order(files: dict[str, bytes]) -> list[dict[str, object]]:

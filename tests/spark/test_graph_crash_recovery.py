@@ -11,8 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
-from ..crash import run_chain, run_child
+from ..crash import run_chain, run_unbroken
+from . import graph_crash_job
 from .conftest import write_lines
 
 
@@ -33,10 +35,10 @@ def outputs(work: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def unbroken(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+def unbroken(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     work = tmp_path_factory.mktemp("unbroken-graph")
     make_input(work / "in")
-    assert run_child(JOB, job_args(work)) == 0
+    run_unbroken(lambda s: graph_crash_job.start(s, *job_args(work)), spark)
     files = outputs(work)
     lines = b"".join(files.values()).decode().splitlines()
     assert len(files) >= 2

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pyspark.sql import SparkSession
+
 from flamestream.spark import faults
 
-from ..crash import run_child, spawn
-from .test_crash_recovery import JOB, job_args, make_input, outputs
+from ..crash import spawn
+from .test_crash_recovery import JOB, job_args, make_input, outputs, unbroken_outputs
 
 
-def test_an_executor_killed_mid_batch_costs_nothing(tmp_path: Path):
-    make_input(tmp_path / "local" / "in")
-    assert run_child(JOB, job_args(tmp_path / "local")) == 0  # the same job on local[2]
+def test_an_executor_killed_mid_batch_costs_nothing(spark: SparkSession, tmp_path: Path):
+    unbroken = unbroken_outputs(spark, tmp_path / "local")  # the same job on local[2]
     work = tmp_path / "cluster"
     make_input(work / "in")
     crash = {
@@ -25,4 +26,4 @@ def test_an_executor_killed_mid_batch_costs_nothing(tmp_path: Path):
     assert done.returncode == 0, log[-3000:]
     assert (tmp_path / "killed-once").exists()  # the crash point was reached
     assert "Lost executor" in log and "exited with code 137" in log  # by SIGKILL
-    assert outputs(work) == outputs(tmp_path / "local")
+    assert outputs(work) == unbroken
