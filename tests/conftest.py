@@ -7,7 +7,10 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-from .sessions import local_session
+# failed checks in the crash tests' shared helpers show the values compared
+pytest.register_assert_rewrite("tests.crash")
+
+from .sessions import local_session  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from itertools import pairwise
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -25,6 +26,22 @@ from flamestream.spark import faults
 from .sessions import local_session
 
 ROOT = Path(__file__).resolve().parents[1]
+
+#: Every crash point, in the order a batch reaches them (``front.plan`` computes the batch's
+#: end offset; the kafka sink's transaction runs inside the release).
+PIPELINE = (
+    "front.plan",
+    "front.read",
+    "graph.loop.received",
+    "graph.loop.sent",
+    "graph.keyed.saved",
+    "sink.write",
+    "sink.commit.start",
+    "sink.kafka.in_transaction",
+    "sink.commit.released",
+    "sink.commit.marked",
+)
+assert set(faults.POINTS) <= set(PIPELINE)
 
 #: A query of a child job, started on the given session.
 Start = Callable[[SparkSession], StreamingQuery]
@@ -106,3 +123,29 @@ def run_chain(
         if after_crash is not None:
             after_crash(crash)
     assert run_child(module, args) == 0
+
+
+def released_so_far_is(
+    unbroken: Mapping[str, bytes], released: Callable[[], Mapping[str, bytes]]
+) -> Callable[[str], None]:
+    """An ``after_crash`` check: every output ``released()`` shows is the unbroken run's."""
+
+    def check(crash: str) -> None:
+        so_far = released()
+        assert so_far == {name: unbroken.get(name) for name in so_far}, f"after {crash}"
+
+    return check
+
+
+def reachable_in_turn(chain: Sequence[str]) -> bool:
+    """Whether each crash of ``chain`` comes later in the run than the one before it.
+
+    Later: a later batch, or the same batch at a later point of :data:`PIPELINE`. The restart
+    after a crash redoes the crashed batch from its logged offsets (or plans it again after
+    ``front.plan``) and reaches every later point, so each crash of such a chain happens.
+    """
+    order = []
+    for crash in chain:
+        point, batch = crash.rsplit(":", 1)
+        order.append((int(batch), PIPELINE.index(point)))
+    return all(a < b for a, b in pairwise(order))

@@ -1,11 +1,12 @@
 """Kill a running query with SIGKILL at named points, restart it, compare with an unbroken run.
 
-Each case runs the query of :mod:`tests.spark.crash_job` in a child process (its own process
-group: the driver, the JVM and the Python workers). ``FLAMESTREAM_CRASH_AT`` makes whichever
-process reaches the point kill that whole group. The test checks the child really died by
-SIGKILL, restarts it from the same checkpoint, and requires the released files to be
-byte-identical to those of the same query never interrupted (run on the test session):
-nothing lost, nothing twice.
+Each chain runs the query of :mod:`tests.spark.crash_job` in a child process (its own process
+group: the driver, the JVM and the Python workers) with one checkpoint: killed at one crash
+point after another, each run restarting from the last crash, then run to its end.
+``FLAMESTREAM_CRASH_AT`` makes whichever process reaches the point kill that whole group. The
+test checks each child really died by SIGKILL, that every file released by then is
+byte-identical to the unbroken run's, and that the final released files are byte-identical to
+those of the same query never interrupted: nothing lost, nothing twice.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pyspark.sql import SparkSession
 
 from flamestream.spark.faults import POINTS
 
-from ..crash import run_chain, run_unbroken
+from ..crash import reachable_in_turn, released_so_far_is, run_chain, run_unbroken
 from . import crash_job
 from .conftest import write_lines
 
@@ -62,36 +63,41 @@ def unbroken(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> d
     return files
 
 
-# Every (point, batch) pair once: chain i crashes batch 0 at point i, then, restarted, batch 1
-# at point i + 1, then batch 2 at point i + 2 (three crashes in a row, each restart
-# recovering from the previous one). Plus one batch that crashes twice.
+# Every (point, batch) pair once, in two chains of nine crashes, each in the order a run reaches
+# them: one chain crashes each batch at POINTS' first half, then batch 1 at its second half,
+# then batch 2 at the first half again; the other chain the other way round. Every batch
+# crashes three times in a row, at a fresh point each time, each restart recovering from the
+# previous crash.
+FIRST, SECOND = POINTS[:3], POINTS[3:]
 CASES = [
-    [f"{POINTS[(i + batch) % len(POINTS)]}:{batch}" for batch in range(BATCHES)]
-    for i in range(len(POINTS))
-] + [["front.read:1", "sink.commit.start:1"]]
+    [f"{point}:{batch}" for batch, points in enumerate(halves) for point in points]
+    for halves in ((FIRST, SECOND, FIRST), (SECOND, FIRST, SECOND))
+]
 
 
-def test_the_cases_cover_every_point_at_every_batch():
-    pairs = {crash for chain in CASES for crash in chain}
-    assert pairs == {f"{p}:{b}" for p in POINTS for b in range(BATCHES)}
-    assert len([c for chain in CASES for c in chain]) >= 20
+def test_the_chains_cover_every_point_at_every_batch_each_crash_reachable():
+    crashes = [crash for chain in CASES for crash in chain]
+    assert sorted(crashes) == sorted(f"{p}:{b}" for p in POINTS for b in range(BATCHES))
+    assert all(reachable_in_turn(chain) for chain in CASES)
+    assert all(reachable_in_turn(chain) for chain in TASK_RELEASE_CASES)
+    assert not reachable_in_turn(["sink.commit.marked:0", "sink.commit.released:0"])
 
 
-@pytest.mark.parametrize("crashes", CASES, ids=["+".join(c) for c in CASES])
+@pytest.mark.parametrize("crashes", CASES, ids=[f"chain{i}" for i in range(len(CASES))])
 def test_killed_query_recovers_to_exactly_the_unbroken_output(
     crashes: list[str], unbroken: dict[str, bytes], tmp_path: Path
 ):
     make_input(tmp_path / "in")
-    run_chain(JOB, job_args(tmp_path), crashes)
+    check = released_so_far_is(unbroken, lambda: outputs(tmp_path))
+    run_chain(JOB, job_args(tmp_path), crashes, check)
     assert outputs(tmp_path) == unbroken
 
 
 # release=tasks: write tasks release their rows and the commit publishes them; the crashes hit a
-# task after writing its part, the commit after publishing, and a replay of a batch whose
-# commit was already marked (its tasks' new parts must be discarded).
+# task after writing its part, a replay of a batch whose commit was already marked (its tasks'
+# new parts must be discarded), the commit after publishing, and the commit's start.
 TASK_RELEASE_CASES = [
-    ["sink.write:0", "sink.commit.released:1"],
-    ["sink.commit.marked:0", "sink.commit.start:2"],
+    ["sink.write:0", "sink.commit.marked:0", "sink.commit.released:1", "sink.commit.start:2"],
 ]
 
 
@@ -124,6 +130,7 @@ def test_killed_task_release_query_recovers_to_exactly_the_unbroken_output(
     crashes: list[str], unbroken_task_release: dict[str, bytes], tmp_path: Path
 ):
     make_input(tmp_path / "in")
-    run_chain(JOB, job_args(tmp_path, release="tasks"), crashes)
+    check = released_so_far_is(unbroken_task_release, lambda: outputs(tmp_path))
+    run_chain(JOB, job_args(tmp_path, release="tasks"), crashes, check)
     assert outputs(tmp_path) == unbroken_task_release
     assert not list((tmp_path / "out").glob(".*")), "unpublished parts left behind"
