@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,8 @@ from flamestream.examples.components import components, labels
 from flamestream.spark import SparkGraph, apply_graph
 from flamestream.spark.loop import AckTable, graph_state_url
 
+from ..crash import reachable_in_turn, released_so_far_is, run_chain, run_unbroken
+from . import loop_crash_job
 from .conftest import write_lines
 from .test_graph_on_spark import expected, fronts, read_rows, to_files
 
@@ -211,3 +214,32 @@ def test_a_restart_with_items_in_the_loop_gives_the_same_output(
         (s, ts, f, v) for s, ts, f, _, v in expected(flow, read_rows(tmp_path / "fronts"))
     )
     assert released == want
+
+
+# Kill while items are in the loop: after a task sent some, after a loop read task recorded
+# their receipt, and between the sink's release and its marker.
+LOOP_CRASHES = ["graph.loop.sent:0", "graph.loop.received:1", "sink.commit.released:2"]
+
+
+def loop_job_args(work: Path) -> list[str]:
+    return [str(work / d) for d in ("in", "out", "ck")]
+
+
+def outputs(work: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((work / "out").glob("part-*"))}
+
+
+def test_killed_connected_components_recover_to_exactly_the_unbroken_output(
+    spark: SparkSession, edge_files: tuple[Path, list[str]], tmp_path: Path
+):
+    folder, _ = edge_files
+    assert reachable_in_turn(LOOP_CRASHES)
+    unbroken_work, crashed_work = tmp_path / "unbroken", tmp_path / "crashed"
+    for work in (unbroken_work, crashed_work):
+        shutil.copytree(folder, work / "in")
+    run_unbroken(lambda s: loop_crash_job.start(s, *loop_job_args(unbroken_work)), spark)
+    unbroken = outputs(unbroken_work)
+    assert len(unbroken) >= 3
+    check = released_so_far_is(unbroken, lambda: outputs(crashed_work))
+    run_chain("tests.spark.loop_crash_job", loop_job_args(crashed_work), LOOP_CRASHES, check)
+    assert outputs(crashed_work) == unbroken
