@@ -410,7 +410,7 @@ class StageRunner:
             return [out]
         if isinstance(step, Map):
             fn = step.fn
-            results = self._call(step, items, batch, lambda p: fn(p))
+            results = self._call(step, items, batch, fn)
             out.rows, out.flags = items.rows, items.flags
             out.payloads = results
             out.suffixes = _extended(items.suffixes, _STATELESS_LOCAL)
@@ -435,21 +435,25 @@ class StageRunner:
         if isinstance(step, FlatMap):
             fn = step.fn
             expanded = self._call(step, items, batch, lambda p: list(fn(p)))
-            extend: dict[tuple[int, int], tuple[LocalTime, ...]] = {}
+            # per parent suffix (shared tuples, by identity): its children's suffixes so far
+            extend: dict[int, list[tuple[LocalTime, ...]]] = {}
+            rows, suffixes, payloads, flags = out.rows, out.suffixes, out.payloads, out.flags
             for k, children in enumerate(expanded):
                 flag = items.flags[k]
-                if not children and flag & MAY_INVALIDATE:
+                if not children:
+                    if not flag & MAY_INVALIDATE:
+                        continue
                     children, flag = [None], flag | TOMBSTONE
-                suffix, row = items.suffixes[k], items.rows[k]
-                for child, payload in enumerate(children):
-                    slot = (id(suffix), child)
-                    longer = extend.get(slot)
-                    if longer is None:
-                        longer = extend[slot] = (*suffix, _child_local(child))
-                    out.rows.append(row)
-                    out.suffixes.append(longer)
-                    out.payloads.append(payload)
-                    out.flags.append(flag)
+                suffix, count = items.suffixes[k], len(children)
+                longer = extend.get(id(suffix))
+                if longer is None:
+                    longer = extend[id(suffix)] = []
+                while len(longer) < count:
+                    longer.append((*suffix, _child_local(len(longer))))
+                rows += [items.rows[k]] * count
+                suffixes += longer if count == len(longer) else longer[:count]
+                payloads += children
+                flags += [flag] * count
             return [out]
         msg = f"step {step.step_id!r}: {step.kind} cannot run in a stateless stage"
         raise GraphError(step.step_id, "a stateless step", step.kind, msg)
@@ -518,9 +522,16 @@ class StageRunner:
         """
         from flamestream.graph.mapreduce import Mapped
 
-        ts, fronts = batch.column("ts").to_pylist(), batch.column("front").to_pylist()
-        traces = batch.column("trace").to_pylist()
-        best: dict[Any, int] = {}  # key -> index of its latest item
+        order = list(  # per input row: how its meta orders (the suffix comes after)
+            zip(
+                batch.column("ts").to_pylist(),
+                batch.column("front").to_pylist(),
+                batch.column("trace").to_pylist(),
+                strict=True,
+            )
+        )
+        # key -> index of its latest item, and that item's (row order, suffix) once compared
+        best: dict[Any, tuple[int, Any]] = {}
         values: dict[Any, Any] = {}
         out = _Items()
         for k, (row, suffix, payload, flag) in enumerate(
@@ -533,16 +544,17 @@ class StageRunner:
                 out.flags.append(flag)
                 continue
             key = payload.key
-            if key in values:
-                values[key] = reducer(values[key], payload.value)
-                j = best[key]
-                here = (ts[row], fronts[row], traces[row], suffix)
-                there = (ts[items.rows[j]], fronts[items.rows[j]], traces[items.rows[j]])
-                if here > (*there, items.suffixes[j]):
-                    best[key] = k
-            else:
-                values[key], best[key] = payload.value, k
-        for key, k in best.items():
+            held = best.get(key)
+            if held is None:
+                values[key], best[key] = payload.value, (k, None)
+                continue
+            values[key] = reducer(values[key], payload.value)
+            j, there = held
+            if there is None:
+                there = (order[items.rows[j]], items.suffixes[j])
+            here = (order[row], suffix)
+            best[key] = (k, here) if here > there else (j, there)
+        for key, (k, _) in best.items():
             out.rows.append(items.rows[k])
             out.suffixes.append(items.suffixes[k])
             out.payloads.append(Mapped(key, values[key]))
