@@ -30,6 +30,10 @@ class Mapped(Generic[K, V]):
     key: K
     value: V
 
+    def __reduce__(self) -> tuple[type[Mapped[K, V]], tuple[K, V]]:
+        # cheaper than a slots dataclass' default (a per-field state and setattr)
+        return Mapped, (self.key, self.value)
+
 
 @dataclass(frozen=True, slots=True)
 class Reduced(Generic[K, V]):
@@ -37,6 +41,10 @@ class Reduced(Generic[K, V]):
 
     key: K
     value: V
+
+    def __reduce__(self) -> tuple[type[Reduced[K, V]], tuple[K, V]]:
+        # groupings' snapshots hold one reduced item per key: keep their pickling cheap
+        return Reduced, (self.key, self.value)
 
 
 def _identity(value: Any) -> Any:

@@ -31,6 +31,11 @@ class DataItem:
     may_invalidate: bool = False
     tombstone: bool = False
 
+    def __reduce__(self) -> tuple[type[DataItem], tuple[Any, Meta, bool, bool]]:
+        # what pickling a slots dataclass does by default goes through a per-field state
+        # tuple and setattr; groupings' snapshots hold one item per key, so pickle the args
+        return DataItem, (self.payload, self.meta, self.may_invalidate, self.tombstone)
+
     @property
     def global_time(self) -> GlobalTime:
         """The item's global time."""

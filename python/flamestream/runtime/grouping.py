@@ -50,6 +50,10 @@ class Bucket:
     items: list[DataItem] = field(default_factory=list)
     clock: int = 0
 
+    def __reduce__(self) -> tuple[type[Bucket], tuple[list[DataItem], int]]:
+        # snapshots hold a bucket per key: the constructor's args pickle cheaper than __dict__
+        return Bucket, (self.items, self.clock)
+
 
 @dataclass
 class GroupingStats:

@@ -231,11 +231,12 @@ class MapReduceCycle:
         keeps, of a bucket's items below the min-time, only the last one (window - 1), and
         drops every index entry below it. So of what :meth:`run` would add to the state for a
         batch lying wholly below the min-time, only each key's last reduced item survives:
-        this adds just those (and the clocks, the statistics, the index heap's pushes) and
-        leaves the rest to ``collect_garbage`` as before. Two passes: the first checks every
-        row and computes the leaving rows without touching the state; if a row is not in
-        order (or a reduce raises), its rows are taken back, nothing has changed and it
-        returns False (then :meth:`run` does the batch).
+        this leaves each of the batch's keys with just that item (and its clock, and the
+        statistics as the collection would count them), and the index to ``collect_garbage``
+        as before. Two passes: the first checks every row and computes the leaving rows
+        without touching the state; if a row is not in order (or a reduce raises), its rows
+        are taken back, nothing has changed and it returns False (then :meth:`run` does the
+        batch).
         """
         buckets: dict[Hashable, Bucket] = state._buckets
         by_time = state._by_time
@@ -320,24 +321,31 @@ class MapReduceCycle:
         added = len(out_times) - mark
         leaving.dests += [exit_to] * added
         leaving.flags += [0] * added
-        # What run() and then collect_garbage(min_time) leave, minus the collection itself.
+        # What run() and then collect_garbage(min_time) leave. The collection's part for the
+        # index stays with it: the heap gets the pushes run() makes, the collection pops them.
         times_heap, stats = state._times, state.stats
-        for time in times:  # the index's heap gets what run() pushes; the GC pops them
+        for time in times:
             if time not in by_time:
                 by_time[time] = []
                 heappush(times_heap, time)
+        # Its part for the batch's keys is done here: every item a key held came before the
+        # key's first item of the batch, so below the min-time too, and only the last item
+        # below it stays (window - 1 = 1): the last reduced item. Such a bucket needs no
+        # further collection.
         oversized = state._oversized
         back_tail = self.back_tail
         for key, (_, time, reduced, clock, count, trace) in keys.items():
+            r_trace = (*decoded(trace), LocalTime(clock - 1, 0), *back_tail)
+            kept = [DataItem(reduced, Meta(time, r_trace))]
             bucket = buckets.get(key)
             if bucket is None:
-                bucket = buckets[key] = Bucket()
-            # the key's last reduced item: the only one of the batch the collection keeps
-            r_trace = (*decoded(trace), LocalTime(clock - 1, 0), *back_tail)
-            bucket.items.append(DataItem(reduced, Meta(time, r_trace)))
-            bucket.clock = clock
-            oversized.add(key)
-            stats.collected += 2 * count - 1  # the x and r items run() would have added
+                buckets[key] = Bucket(kept, clock)
+                stats.collected += 2 * count - 1  # the x and r items run() would have added
+            else:
+                stats.collected += len(bucket.items) + 2 * count - 1
+                bucket.items = kept
+                bucket.clock = clock
+                oversized.discard(key)
         stats.received += 2 * added
         stats.emitted += 2 * added
         return True
