@@ -42,7 +42,8 @@ class GeneratorSource(FrontSource):
         weights = [1.0 / (rank**self.skew) for rank in range(1, self.keys + 1)]
         total = sum(weights)
         self._cdf = [w / total for w in accumulate(weights)]
-        self._started_ns: int | None = None  # driver side: when this query first planned
+        self._started_ns: int | None = None  # driver side: when the rate's clock started
+        self._resumed = False  # driver side: whether the clock was set back for a restart
 
     def payload_fields(self) -> list[pa.Field]:
         """A key and a value, both strings."""
@@ -53,9 +54,16 @@ class GeneratorSource(FrontSource):
 
     def discover(self, known: Mapping[str, int]) -> dict[str, int]:
         """Every partition, with how many of its records exist by now."""
+        now = time.time_ns()
         if self._started_ns is None:
-            self._started_ns = time.time_ns()
-        elapsed = (time.time_ns() - self._started_ns) / 1e9
+            self._started_ns = now
+        if known and not self._resumed and self.rows_per_second:
+            # A restart from a checkpoint resumes the rate where the offsets left off, instead
+            # of producing nothing new for as long as the earlier run had been running.
+            self._resumed = True
+            behind = max(known.values()) * self.partitions / self.rows_per_second
+            self._started_ns = min(self._started_ns, now - int(behind * 1e9))
+        elapsed = (now - self._started_ns) / 1e9
         per_partition = int(self.rows_per_second * elapsed / self.partitions)
         out = {}
         for p in range(self.partitions):
