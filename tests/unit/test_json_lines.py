@@ -44,3 +44,12 @@ def test_strings_that_need_escaping():
     out = io.BytesIO()
     _write_json_lines(out, table)
     assert out.getvalue() == _json_lines(table)
+
+
+def test_binary_columns_sliced_from_a_larger_batch():
+    raw = pa.array([b"\x00\xff", None, b"", b"trace bytes", None, b"\x10"] * 5)
+    for start, length in ((0, 30), (3, 10), (7, 1), (29, 1), (4, 0)):
+        table = pa.table({"trace": raw.slice(start, length), "n": pa.array(range(length))})
+        out = io.BytesIO()
+        _write_json_lines(out, table)
+        assert out.getvalue() == _json_lines(table)
