@@ -64,10 +64,10 @@ def unbroken(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> d
 
 
 # Every (point, batch) pair once, in two chains of nine crashes, each in the order a run reaches
-# them: one chain crashes each batch at POINTS' first half, then batch 1 at its second half,
-# then batch 2 at the first half again; the other chain the other way round. Every batch
-# crashes three times in a row, at a fresh point each time, each restart recovering from the
-# previous crash.
+# them: one chain crashes batch 0 at the first three POINTS, batch 1 at the last three and
+# batch 2 at the first three again; the other chain the other way round. Every batch crashes
+# three times in a row, at a later point each time, each restart recovering from the previous
+# crash.
 FIRST, SECOND = POINTS[:3], POINTS[3:]
 CASES = [
     [f"{point}:{batch}" for batch, points in enumerate(halves) for point in points]
