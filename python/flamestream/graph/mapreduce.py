@@ -93,9 +93,16 @@ class _ReduceStep:
 
     def __call__(self, window: tuple[Any, ...]) -> Reduced[Any, Any]:
         mapped = window[-1]
-        if len(window) == 2 and isinstance(window[0], Reduced):
-            return Reduced(mapped.key, self.reducer(window[0].value, mapped.value))
-        return Reduced(mapped.key, self.initial(mapped.value))
+        return self.fold(window[0] if len(window) == 2 else None, mapped.key, mapped.value)
+
+    def fold(self, before: Any, key: Any, value: Any) -> Reduced[Any, Any]:
+        """The output for a tuple ``(before, Mapped(key, value))`` (``before`` None: one item).
+
+        The Spark keyed stage's fast path calls it without making the tuple.
+        """
+        if isinstance(before, Reduced):
+            return Reduced(key, self.reducer(before.value, value))
+        return Reduced(key, self.initial(value))
 
 
 def map_reduce(

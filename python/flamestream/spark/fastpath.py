@@ -64,7 +64,7 @@ _KEY_REPR = repr(attrgetter("key"))
 class Leaving:
     """Items leaving a keyed stage, as row columns (the trace already encoded)."""
 
-    __slots__ = ("dests", "flags", "fronts", "payloads", "times", "traces")
+    __slots__ = ("dests", "flags", "fronts", "payloads", "times", "traces", "wheres")
 
     def __init__(self) -> None:
         self.dests: list[str] = []
@@ -73,6 +73,8 @@ class Leaving:
         self.traces: list[bytes] = []
         self.flags: list[int] = []
         self.payloads: list[Any] = []
+        #: the row's determinant (source, position), or None: its global time's, looked up
+        self.wheres: list[tuple[Any, Any] | None] = []
 
     def __len__(self) -> int:
         return len(self.dests)
@@ -88,6 +90,7 @@ class Leaving:
             (MAY_INVALIDATE if item.may_invalidate else 0) | (TOMBSTONE if item.tombstone else 0)
         )
         self.payloads.append(item.payload)
+        self.wheres.append(None)
 
     def latest(self, key: Callable[[Any], Hashable]) -> Leaving:
         """Per destination and key only the row with the greatest meta; tombstones all stay.
@@ -120,6 +123,7 @@ class Leaving:
         out.traces = [self.traces[r] for r in rows]
         out.flags = [self.flags[r] for r in rows]
         out.payloads = [self.payloads[r] for r in rows]
+        out.wheres = [self.wheres[r] for r in rows]
         return out
 
     def batch(
@@ -127,16 +131,17 @@ class Leaving:
     ) -> pa.RecordBatch:
         """The leaving rows, each with the determinant of its global time (if this batch had it)."""
         out = exits.builder()
-        sources: list[Any] = []
-        positions: list[Any] = []
+        wheres = self.wheres
         last: tuple[int, int] | None = None
-        where: tuple[Any, Any] = (None, None)
-        for ts, front in zip(self.times, self.fronts, strict=True):
-            if (ts, front) != last:  # rows of one global time mostly come together
-                last = (ts, front)
-                where = determinants.get(GlobalTime(ts, front), (None, None))
-            sources.append(where[0])
-            positions.append(where[1])
+        found: tuple[Any, Any] = (None, None)
+        for row in [r for r, where in enumerate(wheres) if where is None]:
+            time = (self.times[row], self.fronts[row])
+            if time != last:  # rows of one global time mostly come together
+                last = time
+                found = determinants.get(GlobalTime(*time), (None, None))
+            wheres[row] = found
+        sources = [where[0] for where in wheres]  # type: ignore[index]
+        positions = [where[1] for where in wheres]  # type: ignore[index]
         start = 0
         while start < len(self.dests):  # runs of rows for one destination, in bulk
             dest = self.dests[start]
@@ -240,12 +245,12 @@ class MapReduceCycle:
         """
         buckets: dict[Hashable, Bucket] = state._buckets
         by_time = state._by_time
-        reduce, merge, exit_to = self.reduce, self.merge, self.exit_to
+        fold, merge, exit_to = self.reduce.fold, self.merge, self.exit_to
         exit_tail, back_bytes = self.exit_tail, self.back_bytes
         pack = _LOCAL.pack
         loads = pickle.loads
         out_times, out_fronts = leaving.times, leaving.fronts
-        out_traces, out_payloads = leaving.traces, leaving.payloads
+        out_traces, out_payloads, out_wheres = leaving.traces, leaving.payloads, leaving.wheres
         mark = len(leaving)
         entering: dict[bytes, bytes] = {}  # entering trace -> the bytes of it at the grouping
         merge_local = _LOCAL.pack(0, 0)
@@ -257,6 +262,7 @@ class MapReduceCycle:
         decoded = _TraceCache()
         last: tuple[int, int] | None = None
         time = GlobalTime(0, 0)
+        where: tuple[Any, Any] = (None, None)
         ok = True
         for ts, front, trace, flags, source, position, to, payload in zip(
             columns["ts"],
@@ -272,7 +278,7 @@ class MapReduceCycle:
             if (ts, front) != last:
                 last = (ts, front)
                 time = GlobalTime(ts, front)
-                determinants.setdefault(time, (source, position))
+                where = determinants.setdefault(time, (source, position))
                 peers = by_time.get(time)
                 if not time < min_time or (peers and any(p.may_invalidate for _, p in peers)):
                     ok = False
@@ -281,11 +287,10 @@ class MapReduceCycle:
             if flags or to != merge or payload is None or payload[:1] != MAPPED_TAG:
                 ok = False
                 break
-            mapped = Mapped(*loads(payload[1:]))
+            key, value = loads(payload[1:])  # a Mapped(key, value), not made: fold takes both
             x_bytes = entering.get(trace)
             if x_bytes is None:
                 x_bytes = entering[trace] = trace + merge_local
-            key = mapped.key
             held = keys.get(key)
             if held is None:
                 bucket = buckets.get(key)
@@ -294,29 +299,32 @@ class MapReduceCycle:
                     ok = False
                     break
                 clock = bucket.clock if bucket is not None else 0
-                window = (mapped,) if previous is None else (previous.payload, mapped)
+                before = None if previous is None else previous.payload
                 held = keys[key] = [None, time, None, clock, 0, trace]
             else:
                 # after the key's last reduced item r (same time: compare the encoded traces)
                 if held[1] is time and not x_bytes > held[0]:
                     ok = False
                     break
-                window = (held[2], mapped)
+                before = held[2]
             try:
-                reduced = reduce(window)
+                reduced = fold(before, key, value)  # what the reduce step makes of the tuple
             except Exception:  # run() leaves the item to the general path, which names it
                 ok = False
                 break
             clock = held[3] + 1
-            held[0] = x_bytes + pack(clock, 0) + back_bytes
+            at_grouping = x_bytes + pack(clock, 0)  # the tuple's trace
+            held[0] = at_grouping + back_bytes
             held[1], held[2], held[3], held[5] = time, reduced, clock + 1, trace
             held[4] += 1
             out_times.append(ts)
             out_fronts.append(front)
-            out_traces.append(x_bytes + pack(clock, 0) + exit_tail)
+            out_traces.append(at_grouping + exit_tail)
             out_payloads.append(reduced)
+            out_wheres.append(where)
         if not ok:
-            del out_times[mark:], out_fronts[mark:], out_traces[mark:], out_payloads[mark:]
+            del out_times[mark:], out_fronts[mark:], out_traces[mark:]
+            del out_payloads[mark:], out_wheres[mark:]
             return False
         added = len(out_times) - mark
         leaving.dests += [exit_to] * added
@@ -374,11 +382,13 @@ class MapReduceCycle:
         pack = _LOCAL.pack
         out_dests, out_times, out_fronts = leaving.dests, leaving.times, leaving.fronts
         out_traces, out_flags, out_payloads = leaving.traces, leaving.flags, leaving.payloads
+        out_wheres = leaving.wheres
         # per encoded trace of an entering row: its trace at the grouping, and the bytes of it
         entering: dict[bytes, tuple[tuple[LocalTime, ...], bytes]] = {}
         merge_local = _LOCAL.pack(0, 0)
         last: tuple[int, int] | None = None
         time = GlobalTime(0, 0)
+        where: tuple[Any, Any] = (None, None)
         clean: bool | None = None  # no may-invalidate item of ``time`` in the index
         fast = 0
         for row, (ts, front, trace, flags, source, position, to, payload) in enumerate(
@@ -397,7 +407,7 @@ class MapReduceCycle:
             if (ts, front) != last:  # sorted by meta: a global time's rows come together
                 last = (ts, front)
                 time = GlobalTime(ts, front)
-                determinants.setdefault(time, (source, position))
+                where = determinants.setdefault(time, (source, position))
                 clean = None
             if flags or to != merge or payload is None:
                 general(row)
@@ -457,6 +467,7 @@ class MapReduceCycle:
             out_traces.append(x_bytes + pack(clock, 0) + exit_tail)
             out_flags.append(0)
             out_payloads.append(reduced)
+            out_wheres.append(where)
             fast += 1
         return fast
 
