@@ -159,15 +159,15 @@ def test_a_cycle_through_two_groupings_runs_through_the_loop_front(
     spark: SparkSession, tmp_path: Path
 ):
     folder = tmp_path / "in"
-    write_lines(folder / "a.txt", [str(n) for n in range(0, 30, 4)])
-    write_lines(folder / "b.txt", [str(n) for n in range(1, 20, 3)])
+    write_lines(folder / "a.txt", [str(n) for n in range(0, 20, 4)])
+    write_lines(folder / "b.txt", [str(n) for n in range(1, 13, 3)])
     flow = two_groupings()
     graph = SparkGraph(flow)
     assert graph.cut == {("emit", "entry")}
     assert "loop" in graph.describe()
     released, want = run_graph(spark, flow, folder, tmp_path, limit=4, partitions=2)
     assert released == want
-    assert len(want) > 20
+    assert len(want) > 12
     with pytest.raises(GraphError, match=r"streaming DataFrame.*emit -> entry"):
         apply_graph(flow, fronts(spark, folder, stream=False, limit=None))
 
@@ -216,9 +216,10 @@ def test_a_restart_with_items_in_the_loop_gives_the_same_output(
     assert released == want
 
 
-# Kill while items are in the loop: after a task sent some, after a loop read task recorded
-# their receipt, and between the sink's release and its marker.
-LOOP_CRASHES = ["graph.loop.sent:0", "graph.loop.received:1", "sink.commit.released:2"]
+# Kill while items are in the loop: after a task sent some, then after a loop read task
+# recorded their receipt (the sink's own points are crash-tested with word count; each child
+# run here pays a fresh JVM and a cold first batch, so the chain is short).
+LOOP_CRASHES = ["graph.loop.sent:0", "graph.loop.received:2"]
 
 
 def loop_job_args(work: Path) -> list[str]:
