@@ -5,6 +5,8 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+SHIM   := $(VENV)/.shim-installed
+SHIM_SOURCES := jvm-shim/pom.xml $(wildcard jvm-shim/src/main/java/io/flamestream/shim/*.java)
 
 # Spark workers must start the project's interpreter, not whatever `python3` is on PATH.
 export PYSPARK_PYTHON := $(abspath $(PY))
@@ -21,7 +23,13 @@ $(STAMP): setup.cfg pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
-setup: $(STAMP)  ## create .venv and install flamestream with its dev tools (idempotent)
+# The JVM shim (plugin + listeners), compiled by Maven against the installed PySpark's jars
+# and installed into pyspark/jars, where drivers and executors find it.
+$(SHIM): $(STAMP) $(SHIM_SOURCES)
+	$(PY) -m flamestream.jvm build
+	touch $(SHIM)
+
+setup: $(STAMP) $(SHIM)  ## create .venv, install flamestream with its dev tools, build the JVM shim
 
 run: setup  ## set up, then run the main job (a streaming query on local Spark, see README)
 	$(PY) -m flamestream.examples.stream_files

@@ -6,7 +6,9 @@ needed; ``spark.dataSource.register(FlameStreamDataSource)`` works too.
 
 Reading picks a front with ``.option("front", "files" | "generator" | "kafka")``; writing
 picks a sink with ``.option("sink", "files" | "kafka")``. Options are validated when the
-query is defined or started, before any batch runs.
+query is defined or started, before any batch runs. With the JVM shim's plugin enabled,
+``spark.flamestream.<option>`` confs (``SET`` in the session over ``spark-defaults.conf``) are
+defaults for every option but ``front`` and ``sink``; ``.option(...)`` wins.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from flamestream.jvm import conf_defaults
 from flamestream.spark.config import OptionReader
 from flamestream.spark.front import (
     META_FIELDS,
@@ -66,6 +69,9 @@ class FlameStreamDataSource(DataSource):
     def __init__(self, options: Any) -> None:
         super().__init__(options)
         self._front: tuple[FrontSource, ReaderConfig] | None = None
+        # `SET spark.flamestream.<option>` / spark-defaults confs, read through the JVM shim
+        # (this runs in a planner process on the driver host, which has no Spark session)
+        self._conf_defaults = conf_defaults()
 
     def _front_source(self) -> tuple[FrontSource, ReaderConfig]:
         if self._front is None:
@@ -83,7 +89,7 @@ class FlameStreamDataSource(DataSource):
         kind = probe.choice(role, sorted(kinds), "")
         if not kind:
             probe.string(role, required=True)  # raises: the option is missing
-        options = OptionReader(f"{role} {kind}", self.options)
+        options = OptionReader(f"{role} {kind}", self.options, self._conf_defaults)
         options.raw(role)  # consumed here, so finish() does not call it unknown
         return options, kind
 

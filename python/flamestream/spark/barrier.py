@@ -53,6 +53,8 @@ class CommitOutcome:
     released: int
     pending: int
     skipped: bool
+    #: rows the batch's commit dropped as invalidated (and tombstones)
+    dropped: int = 0
 
 
 def read_min_time(checkpoint: str, batch_id: int, *, in_task: bool = False) -> GlobalTime:
@@ -144,7 +146,12 @@ class BarrierStore:
         if fs.exists(marker):
             done = json.loads(fs.cat_file(marker))
             return CommitOutcome(
-                batch_id, GlobalTime(*done["minTime"]), done["released"], done["pending"], True
+                batch_id,
+                GlobalTime(*done["minTime"]),
+                done["released"],
+                done["pending"],
+                True,
+                done.get("dropped", 0),
             )
         previous = self._previous_marker(fs, root, batch_id)
         tables = []
@@ -152,8 +159,11 @@ class BarrierStore:
             tables.append(_read_arrow(fs, previous["pendingPath"]))
         tables += [_read_arrow(fs, p.path) for p in parts if p is not None and p.rows]
         buffered = pa.concat_tables(tables, promote_options="default") if tables else None
+        dropped = 0
         if buffered is not None:
+            before = buffered.num_rows
             buffered = drop_invalidated(buffered)
+            dropped = before - buffered.num_rows
         released_rows = pending_rows = 0
         pending_path = None
         out = None
@@ -175,10 +185,11 @@ class BarrierStore:
             "released": released_rows,
             "pending": pending_rows,
             "pendingPath": pending_path,
+            "dropped": dropped,
         }
         _write_bytes(fs, marker, json.dumps(record).encode())
         self._collect(fs, root, batch_id)
-        return CommitOutcome(batch_id, min_time, released_rows, pending_rows, False)
+        return CommitOutcome(batch_id, min_time, released_rows, pending_rows, False, dropped)
 
     def pending_rows(self) -> int:
         """Rows buffered after the newest committed batch."""

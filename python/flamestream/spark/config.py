@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
 from flamestream.errors import ConfigError
+from flamestream.jvm import CONF_PREFIX
 
 T = TypeVar("T")
 
@@ -27,25 +28,39 @@ class OptionReader:
     #: Options Spark itself sets or reads; never reported as unknown.
     SPARK_OWNED = frozenset({"path", "checkpointlocation", "queryname"})
 
-    def __init__(self, step: str, options: Mapping[str, str]) -> None:
+    def __init__(
+        self, step: str, options: Mapping[str, str], defaults: Mapping[str, str] | None = None
+    ) -> None:
         self.step = step
         self._options = {key.lower(): value for key, value in options.items()}
         self._names = {key.lower(): key for key in options}
+        #: ``spark.flamestream.<option>`` confs (session SET over spark-defaults), by option
+        self._defaults = {key.lower(): value for key, value in (defaults or {}).items()}
         self._used: set[str] = set()
         self._known: list[str] = []
 
     def raw(self, name: str) -> str | None:
-        """The option's string value, or None."""
+        """The option's string value (``.option`` first, then the conf default), or None."""
         self._known.append(name)
         self._used.add(name.lower())
-        return self._options.get(name.lower())
+        value = self._options.get(name.lower())
+        return value if value is not None else self._defaults.get(name.lower())
+
+    def label(self, name: str) -> str:
+        """How errors name an option: the conf's full name when the value came from a conf."""
+        lowered = name.lower()
+        if lowered not in self._options and lowered in self._defaults:
+            return CONF_PREFIX + name
+        return name
 
     def string(self, name: str, default: str | None = None, *, required: bool = False) -> str:
         """A string option."""
         value = self.raw(name)
         if value is None or value == "":
             if required or default is None:
-                raise ConfigError(self.step, name, None, "a non-empty string (required)")
+                raise ConfigError(
+                    self.step, self.label(name), None, "a non-empty string (required)"
+                )
             return default
         return value
 
@@ -60,20 +75,19 @@ class OptionReader:
         allowed = "an integer" + (f" >= {minimum}" if minimum is not None else "")
         if value is None:
             if default is None:
-                raise ConfigError(self.step, name, None, allowed + " (required)")
+                raise ConfigError(self.step, self.label(name), None, allowed + " (required)")
             return default
         try:
             number = int(value.strip())
         except ValueError:
-            raise ConfigError(self.step, name, value, allowed) from None
+            raise ConfigError(self.step, self.label(name), value, allowed) from None
         if minimum is not None and number < minimum:
-            raise ConfigError(self.step, name, value, allowed)
+            raise ConfigError(self.step, self.label(name), value, allowed)
         return number
 
     def optional_integer(self, name: str, *, minimum: int | None = None) -> int | None:
         """An integer option that may be absent."""
-        if self._options.get(name.lower()) is None:
-            self.raw(name)
+        if self.raw(name) is None:
             return None
         return self.integer(name, minimum=minimum)
 
@@ -85,9 +99,11 @@ class OptionReader:
         try:
             number = float(value)
         except ValueError:
-            raise ConfigError(self.step, name, value, f"a number >= {minimum}") from None
+            raise ConfigError(
+                self.step, self.label(name), value, f"a number >= {minimum}"
+            ) from None
         if number < minimum or number != number:  # NaN
-            raise ConfigError(self.step, name, value, f"a number >= {minimum}")
+            raise ConfigError(self.step, self.label(name), value, f"a number >= {minimum}")
         return number
 
     def boolean(self, name: str, default: bool) -> bool:
@@ -97,7 +113,7 @@ class OptionReader:
             return default
         lowered = value.strip().lower()
         if lowered not in ("true", "false"):
-            raise ConfigError(self.step, name, value, "true or false")
+            raise ConfigError(self.step, self.label(name), value, "true or false")
         return lowered == "true"
 
     def choice(self, name: str, allowed: Iterable[T], default: T) -> T:
@@ -109,7 +125,9 @@ class OptionReader:
         for option in options:
             if str(option).lower() == value.strip().lower():
                 return option
-        raise ConfigError(self.step, name, value, "one of " + ", ".join(map(str, options)))
+        raise ConfigError(
+            self.step, self.label(name), value, "one of " + ", ".join(map(str, options))
+        )
 
     def finish(self, *, also_allowed: Iterable[str] = ()) -> None:
         """Reject every option that was never read (a typo, or an option of another step)."""

@@ -33,8 +33,10 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from flamestream.errors import ConfigError
+from flamestream.jvm import Shim, ShimError
 from flamestream.model import MAX_FRONT
 from flamestream.spark.config import OptionReader
+from flamestream.spark.controller import Budget, Controller
 from flamestream.spark.faults import crash_point
 
 #: Version of the offset format; bumped on any incompatible change.
@@ -182,6 +184,8 @@ class ReaderConfig:
     id_base: int = 0
     max_records: int | None = None
     clock: str = "wall"
+    #: the controller's budget when ``controller=on`` (then ``max_records`` is its upper bound)
+    controller: Budget | None = None
 
     @classmethod
     def parse(cls, options: OptionReader, limit_alias: str | None = None) -> ReaderConfig:
@@ -204,10 +208,14 @@ class ReaderConfig:
                     f"either {limit_alias} or maxRecordsPerTrigger, not both (they are one limit)",
                 )
             max_records = alias if alias is not None else max_records
+        clock = options.choice("clock", ["wall", "logical"], "wall")
+        on = options.choice("controller", ["off", "on"], "off") == "on"
+        budget = Budget.parse(options, max_records if on else None)  # validated either way
         return cls(
             id_base=id_base,
             max_records=max_records,
-            clock=options.choice("clock", ["wall", "logical"], "wall"),
+            clock=clock,
+            controller=budget if on else None,
         )
 
 
@@ -219,7 +227,10 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.id_base = config.id_base
         self.max_records = config.max_records
         self.clock = config.clock
+        self.budget = config.controller
         self._target: dict[str, int] | None = None  # AvailableNow's end, driver side only
+        self._controller: Controller | None = None  # driver side only
+        self._shim: Shim | bool | None = False  # driver side: False = not looked for yet
 
     # --- planning (driver-side Python process) -----------------------------------------
 
@@ -241,7 +252,10 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"flamestream": OFFSET_VERSION, "available": dict(sorted(available.items()))}
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        """The end of the next batch: per-source positions within ``limit``, plus stamping."""
+        """The end of the next batch: per-source positions within ``limit``, plus stamping.
+
+        With the controller on, its limit for the tick replaces ``limit``.
+        """
         begin = FrontOffset.from_json(start)
         positions = begin.positions()
         available = self.source.discover(positions)
@@ -254,11 +268,21 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         }
         ends = {f.key: max(starts[f.key], available.get(f.key, 0)) for f in fronts}
         budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        controller = self._control(begin)
+        if controller is not None:
+            budget = controller.next_limit()
+        taken = None
         if budget is not None:
-            ends = self._within_budget(fronts, starts, ends, budget)
+            ends, taken = self._within_budget(fronts, starts, ends, budget)
         longest = max((ends[k] - starts[k] for k in ends), default=0)
+        self._push_metrics(fronts, available, ends, taken)
         if longest == 0 and len(fronts) == len(begin.fronts):
             return start  # nothing new: no batch
+        extra = begin.extra
+        if controller is not None:
+            controller.planned(begin.seq + 1, taken or 0)
+            record = ("controller", controller.record())
+            extra = (*(e for e in begin.extra if e[0] != "controller"), record)
         # wall: ts follow the planning clock in µs; logical: ts depend on the input alone
         now = time.time_ns() // 1000 if self.clock == "wall" else 0
         base = max(now, begin.horizon)
@@ -268,11 +292,56 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             base,
             base + longest,
             tuple(FrontState(f.key, f.front, ends[f.key]) for f in fronts),
-            begin.extra,
+            extra,
             begin.seq + 1,
         )
         crash_point("front.plan", end.seq)
         return end.to_json()
+
+    def _control(self, begin: FrontOffset) -> Controller | None:
+        """The controller, told that the previous tick ended and what progress says."""
+        if self.budget is None:
+            return None
+        if self._controller is None:
+            self._controller = Controller(self.budget)
+            self._controller.resume(dict(begin.extra).get("controller"))
+        controller = self._controller
+        controller.observe_planning(begin.seq)
+        shim = self._find_shim()
+        if shim is not None:
+            try:
+                events = [e for q in shim.progress().values() for e in q]
+            except ShimError:
+                events = []
+            controller.observe_progress(events)
+        return controller
+
+    def _find_shim(self) -> Shim | None:
+        if self._shim is False:
+            self._shim = Shim.find()
+        return self._shim if isinstance(self._shim, Shim) else None
+
+    def _push_metrics(
+        self,
+        fronts: Sequence[FrontState],
+        available: Mapping[str, int],
+        ends: Mapping[str, int],
+        taken: int | None,
+    ) -> None:
+        """Backlog (and the controller's limit and decisions) as gauges, through the shim."""
+        shim = self._find_shim()
+        if shim is None:
+            return
+        backlog = sum(max(0, available.get(f.key, 0) - ends[f.key]) for f in fronts)
+        values: dict[str, float] = {"backlog": backlog, "fronts": len(fronts)}
+        if taken is not None:
+            values["plannedRows"] = taken
+        scope = f"front.{self.source.kind}"
+        if self._controller is not None:
+            scope += f".{self._controller.id}"
+            values["readLimit"] = self._controller.limit
+            values["decisions"] = self._controller.decisions
+        shim.push_metrics(scope, values)
 
     def _assign_ids(self, begin: FrontOffset, available: Mapping[str, int]) -> list[FrontState]:
         fronts = list(begin.fronts)
@@ -292,9 +361,13 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         starts: Mapping[str, int],
         ends: Mapping[str, int],
         budget: int,
-    ) -> dict[str, int]:
-        """Share ``budget`` records fairly among the fronts, lowest front id first."""
+    ) -> tuple[dict[str, int], int]:
+        """Share ``budget`` records fairly among the fronts, lowest front id first.
+
+        Returns the per-front ends and how many records they take in all.
+        """
         limited = dict(starts)
+        total = budget
         waiting = [
             f.key for f in sorted(fronts, key=lambda f: f.front) if ends[f.key] > starts[f.key]
         ]
@@ -310,7 +383,7 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if taken and new < ends[key]:
                     still.append(key)
             waiting = still
-        return limited
+        return limited, total - budget
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """One task per source that moved, carrying everything needed to stamp it."""
@@ -360,6 +433,8 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Executors get the options and the connector, not driver-side planning state."""
         state = dict(self.__dict__)
         state["_target"] = None
+        state["_controller"] = None
+        state["_shim"] = False
         return state
 
 

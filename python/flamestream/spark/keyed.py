@@ -44,7 +44,7 @@ from flamestream.spark.items import (
     decode_payload,
     decode_trace,
 )
-from flamestream.spark.loop import LoopRouter, LoopSpec, LoopStore
+from flamestream.spark.loop import LoopRouter, LoopSpec, LoopStore, graph_state_url
 from flamestream.spark.stages import Exits, Stage, render_default
 
 #: The item row columns a keyed stage reads (``key`` only routed the shuffle, ``value`` is
@@ -90,6 +90,21 @@ class StateStore:
         fs.mv(target + ".tmp", target)
         for old in self._versions(fs, folder)[:-KEEP_SNAPSHOTS]:
             fs.rm(posixpath.join(folder, f"{old:012d}.state"))
+
+
+def state_bytes(checkpoint: str) -> int:
+    """Bytes of the newest snapshot of every grouping partition of a query (0: no graph)."""
+    fs, root = fsspec.core.url_to_fs(graph_state_url(checkpoint))
+    newest: dict[str, tuple[str, int]] = {}
+    try:
+        found = fs.glob(posixpath.join(root, "*", "part-*", "*.state"), detail=True)
+    except FileNotFoundError:
+        return 0
+    for path, info in found.items():
+        folder = posixpath.dirname(path)
+        if folder not in newest or path > newest[folder][0]:
+            newest[folder] = (path, int(info.get("size") or 0))
+    return sum(size for _, size in newest.values())
 
 
 class KeyedRunner:

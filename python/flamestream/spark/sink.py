@@ -21,6 +21,8 @@ Two release modes (option ``release``):
 
 from __future__ import annotations
 
+import posixpath
+import time
 from collections.abc import Iterator
 from typing import ClassVar
 
@@ -31,11 +33,23 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.types import StructType
 
 from flamestream.errors import ConfigError
-from flamestream.spark.barrier import BarrierStore, StagedPart, below, meta_order, read_min_time
+from flamestream.jvm import Shim
+from flamestream.spark.barrier import (
+    BarrierStore,
+    CommitOutcome,
+    StagedPart,
+    below,
+    meta_order,
+    read_min_time,
+)
 from flamestream.spark.config import OptionReader
 from flamestream.spark.faults import crash_point
 from flamestream.spark.front import batch_id_of_task
 from flamestream.spark.items import MAY_INVALIDATE, TOMBSTONE
+from flamestream.spark.keyed import state_bytes
+
+#: ts above this (2001 in µs) come from the wall clock, not ``clock=logical``.
+WALL_CLOCK_FLOOR = 10**15
 
 #: Columns a barrier sink needs: the global time of every row.
 REQUIRED_COLUMNS = ("ts", "front")
@@ -159,6 +173,26 @@ class BarrierWriter(DataSourceStreamArrowWriter):
         if outcome.skipped and written:
             self.output.discard(batchId, written)
         crash_point("sink.commit.marked", batchId)
+        self._push_metrics(outcome)
+
+    def _push_metrics(self, outcome: CommitOutcome) -> None:
+        """The barrier's gauges, through the JVM shim if this application runs one."""
+        shim = Shim.find()
+        if shim is None:
+            return
+        min_ts = outcome.min_time.ts
+        values = {
+            "batch": outcome.batch_id,
+            "releasedRows": outcome.released,
+            "bufferedRows": outcome.pending,
+            "invalidationsDropped": outcome.dropped,
+            "minTimeTs": min_ts,
+            "stateBytes": state_bytes(self.checkpoint),
+        }
+        if min_ts > WALL_CLOCK_FLOOR:  # wall-clock ts are µs: how far the min-time trails now
+            values["minTimeLagMs"] = max(0.0, (time.time_ns() // 1000 - min_ts) / 1000)
+        name = posixpath.basename(self.checkpoint.rstrip("/")) or "query"
+        shim.push_metrics(f"sink.{self.output.kind}.{name}", values)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing to undo: staged parts are overwritten when the batch runs again."""

@@ -1,0 +1,224 @@
+"""The elastic controller: read limits from declared budgets, decided every tick.
+
+A tick is a micro-batch. Before planning tick ``k`` the front's reader process asks its
+:class:`Controller` for the tick's read limit (records over all fronts of the source, shared as
+``maxRecordsPerTrigger`` is). The controller fits a cost model to the ticks it has seen
+(``duration = overhead + per_row * rows``) and picks the largest batch whose duration fits half
+the latency budget: a record then waits at most one tick to be read and one to be processed
+and released. That is DS2's idea (compute the rate that meets the target from measured true
+processing rates, in one step, instead of probing) applied to admission.
+
+Decisions are recorded in the tick's end offset (``"controller"``), so a replayed tick has
+the same input whatever the controller decides later, logged, and pushed as gauges. A
+read limit changes which records go into which micro-batch, never the released output (the
+determinism contract; tested with the controller on and off).
+
+Inputs, best first: the progress listener's ``durationMs.triggerExecution`` of the query's
+batches (through the JVM shim), else the time between two plannings of the reader process.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from flamestream.spark.config import OptionReader
+
+log = logging.getLogger("flamestream.controller")
+
+#: Ticks the cost model is fitted to.
+HISTORY = 6
+#: A new limit within this factor of the current one is not a decision (hysteresis).
+DEADBAND = 1.25
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What the user declares (front options, or ``spark.flamestream.*`` confs).
+
+    * ``target_latency_ms`` (``targetLatencyMs``): a record's time from available to released.
+    * ``min_rows`` / ``max_rows`` (``minRecordsPerTrigger`` / ``maxRecordsPerTrigger``): read
+      bounds per tick; ``max_rows`` None is unbounded.
+    * ``initial_rows`` (``initialRecordsPerTrigger``): the first tick's limit, before any
+      measurement.
+    """
+
+    target_latency_ms: float = 5000.0
+    min_rows: int = 100
+    max_rows: int | None = None
+    initial_rows: int = 10_000
+
+    @classmethod
+    def parse(cls, options: OptionReader, max_rows: int | None) -> Budget:
+        """The budget options; ``max_rows`` is the front's ``maxRecordsPerTrigger``."""
+        target = options.number("targetLatencyMs", 5000.0, minimum=1.0)
+        min_rows = options.integer("minRecordsPerTrigger", 100, minimum=1)
+        initial = options.integer("initialRecordsPerTrigger", 10_000, minimum=1)
+        if max_rows is not None and max_rows < min_rows:
+            from flamestream.errors import ConfigError
+
+            raise ConfigError(
+                options.step,
+                options.label("minRecordsPerTrigger"),
+                min_rows,
+                f"at most maxRecordsPerTrigger ({max_rows}) when the controller is on",
+            )
+        return cls(target, min_rows, max_rows, initial)
+
+    def clamp(self, rows: float) -> int:
+        """``rows`` within the read bounds."""
+        upper = self.max_rows if self.max_rows is not None else float("inf")
+        return int(max(self.min_rows, min(upper, rows)))
+
+
+@dataclass(frozen=True)
+class Tick:
+    """One finished micro-batch: records read and how long it took, end to end."""
+
+    rows: int
+    duration_ms: float
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """``duration_ms = overhead_ms + per_row_ms * rows``."""
+
+    overhead_ms: float
+    per_row_ms: float
+
+    @classmethod
+    def fit(cls, ticks: Sequence[Tick]) -> CostModel | None:
+        """Least squares over ``ticks`` with rows; None without any."""
+        data = [(t.rows, t.duration_ms) for t in ticks if t.rows > 0]
+        if not data:
+            return None
+        n = len(data)
+        mean_x = sum(x for x, _ in data) / n
+        mean_y = sum(y for _, y in data) / n
+        var = sum((x - mean_x) ** 2 for x, _ in data)
+        if n >= 2 and var > (0.1 * mean_x) ** 2 * n:  # rows spread enough to separate a and b
+            slope = sum((x - mean_x) * (y - mean_y) for x, y in data) / var
+            intercept = mean_y - slope * mean_x
+            if slope > 0 and intercept >= 0:
+                return cls(intercept, slope)
+            if slope > 0:  # a negative overhead is noise: all of the time is per row
+                return cls(0.0, mean_y / mean_x)
+        # one batch size seen: assume half of it was fixed overhead (refined by later ticks)
+        return cls(0.5 * mean_y, 0.5 * mean_y / mean_x)
+
+    def rows_within(self, duration_ms: float) -> float:
+        """The most rows a tick can take and still end within ``duration_ms``."""
+        return max(0.0, duration_ms - self.overhead_ms) / self.per_row_ms
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A change of the read limit, as recorded in the offset and the log."""
+
+    tick: int
+    limit: int
+    reason: str
+
+
+def decide(budget: Budget, ticks: Sequence[Tick], current: int) -> tuple[int, str]:
+    """The next tick's read limit and why (pure: the same history gives the same answer)."""
+    model = CostModel.fit(ticks[-HISTORY:])
+    if model is None:
+        return current, "no measurement yet"
+    per_tick = budget.target_latency_ms / 2  # one tick waiting, one tick processing
+    if model.overhead_ms >= per_tick:
+        # the fixed cost alone exceeds the budget: the largest batches amortize it best
+        return budget.clamp(float("inf")), (
+            f"overhead {model.overhead_ms:.0f} ms >= {per_tick:.0f} ms: over budget at any size"
+        )
+    wanted = budget.clamp(model.rows_within(per_tick))
+    reason = (
+        f"model {model.overhead_ms:.0f} ms + {model.per_row_ms * 1000:.3f} ms/1k rows: "
+        f"{wanted} rows fit {per_tick:.0f} ms"
+    )
+    return wanted, reason
+
+
+@dataclass
+class Controller:
+    """One front reader's controller (lives in the reader's driver-side process)."""
+
+    budget: Budget
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    limit: int = 0
+    tick: int = -1
+    decisions: int = 0
+    history: deque[Tick] = field(default_factory=lambda: deque(maxlen=HISTORY))
+    log: list[Decision] = field(default_factory=list)
+    #: planning of the previous tick: (monotonic seconds, rows, its end offset's seq)
+    _planned: tuple[float, int, int] | None = None
+    _seen_batches: set[int] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        if not self.limit:
+            self.limit = self.budget.clamp(self.budget.initial_rows)
+
+    def resume(self, recorded: Mapping[str, Any] | None) -> None:
+        """Continue from what the last offset recorded (a restart keeps limit and count)."""
+        if recorded and not self.history:
+            self.id = str(recorded.get("id", self.id))
+            self.limit = self.budget.clamp(int(recorded.get("limit", self.limit)))
+            self.decisions = int(recorded.get("decisions", 0))
+
+    def observe_planning(self, seq: int, now: float | None = None) -> None:
+        """A planning for the batch after ``seq`` began: the previous tick has finished."""
+        now = time.monotonic() if now is None else now
+        if self._planned is not None:
+            started, rows, planned_seq = self._planned
+            if planned_seq == seq and rows > 0:  # that batch ran (not a replan of the same)
+                self.history.append(Tick(rows, (now - started) * 1000))
+            self._planned = None
+
+    def observe_progress(self, events: Iterable[Mapping[str, Any]]) -> None:
+        """Replace own timings by the progress listener's, for batches that carry our id."""
+        exact: list[Tick] = []
+        for event in events:
+            if not any(self.id in str(s.get("endOffset", "")) for s in event.get("sources", [])):
+                continue
+            rows = int(event.get("numInputRows", 0))
+            duration = float(event.get("durationMs", {}).get("triggerExecution", 0))
+            if rows > 0 and duration > 0:
+                exact.append(Tick(rows, duration))
+        if exact:
+            self.history.clear()
+            self.history.extend(exact[-HISTORY:])
+
+    def next_limit(self) -> int:
+        """Decide the coming tick's limit (a decision only if it moves beyond the deadband)."""
+        self.tick += 1
+        wanted, reason = decide(self.budget, list(self.history), self.limit)
+        if wanted != self.limit and max(wanted, self.limit) > DEADBAND * min(wanted, self.limit):
+            self.limit = wanted
+            self.decisions += 1
+            decision = Decision(self.tick, wanted, reason)
+            self.log.append(decision)
+            log.info(
+                "controller %s tick %d: read limit %d (%s)", self.id, self.tick, wanted, reason
+            )
+        return self.limit
+
+    def planned(self, seq: int, rows: int, now: float | None = None) -> None:
+        """The tick was planned with ``rows`` records as batch ``seq`` of the source."""
+        self._planned = (time.monotonic() if now is None else now, rows, seq)
+
+    def record(self) -> dict[str, Any]:
+        """What the end offset keeps (stable key order)."""
+        last = self.log[-1].reason if self.log else ""
+        return {
+            "id": self.id,
+            "tick": self.tick,
+            "limit": self.limit,
+            "decisions": self.decisions,
+            "targetLatencyMs": self.budget.target_latency_ms,
+            "reason": last,
+        }
