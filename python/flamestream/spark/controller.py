@@ -20,6 +20,7 @@ batches (through the JVM shim), else the time between two plannings of the reade
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from collections import deque
@@ -35,6 +36,14 @@ log = logging.getLogger("flamestream.controller")
 HISTORY = 6
 #: A new limit within this factor of the current one is not a decision (hysteresis).
 DEADBAND = 1.25
+#: Batch sizes must differ by this factor before overhead and per-row cost are told apart.
+SPREAD = 2.0
+#: The share of a tick's time guessed to be fixed overhead, before an exact fit.
+GUESSED_OVERHEAD = 0.8
+#: How many standard errors the fitted per-row cost must be above zero to be trusted.
+SIGNIFICANCE = 4.0
+#: The read limit standing for "no limit" (Spark's ReadMaxRows takes an int).
+UNBOUNDED = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -72,7 +81,7 @@ class Budget:
 
     def clamp(self, rows: float) -> int:
         """``rows`` within the read bounds."""
-        upper = self.max_rows if self.max_rows is not None else float("inf")
+        upper = self.max_rows if self.max_rows is not None else UNBOUNDED
         return int(max(self.min_rows, min(upper, rows)))
 
 
@@ -86,10 +95,14 @@ class Tick:
 
 @dataclass(frozen=True)
 class CostModel:
-    """``duration_ms = overhead_ms + per_row_ms * rows``."""
+    """``duration_ms = overhead_ms + per_row_ms * rows``.
+
+    ``exact``: fitted to ticks of different sizes; otherwise a guess from one size.
+    """
 
     overhead_ms: float
     per_row_ms: float
+    exact: bool = True
 
     @classmethod
     def fit(cls, ticks: Sequence[Tick]) -> CostModel | None:
@@ -101,15 +114,21 @@ class CostModel:
         mean_x = sum(x for x, _ in data) / n
         mean_y = sum(y for _, y in data) / n
         var = sum((x - mean_x) ** 2 for x, _ in data)
-        if n >= 2 and var > (0.1 * mean_x) ** 2 * n:  # rows spread enough to separate a and b
+        low, high = min(x for x, _ in data), max(x for x, _ in data)
+        if n >= 3 and high >= SPREAD * low:
             slope = sum((x - mean_x) * (y - mean_y) for x, y in data) / var
             intercept = mean_y - slope * mean_x
-            if slope > 0 and intercept >= 0:
-                return cls(intercept, slope)
-            if slope > 0:  # a negative overhead is noise: all of the time is per row
-                return cls(0.0, mean_y / mean_x)
-        # one batch size seen: assume half of it was fixed overhead (refined by later ticks)
-        return cls(0.5 * mean_y, 0.5 * mean_y / mean_x)
+            residual = sum((y - intercept - slope * x) ** 2 for x, y in data) / (n - 2)
+            # the per-row cost must stand out of the timing noise (a t-test on the slope)
+            if slope > 0 and slope >= SIGNIFICANCE * math.sqrt(residual / var):
+                if intercept >= 0:
+                    return cls(intercept, slope)
+                return cls(0.0, mean_y / mean_x)  # a negative overhead is noise: all per row
+        # sizes too close to tell: guess that most of the time was fixed overhead (small Spark
+        # batches are). Too optimistic a guess shows in the next tick, whose size then differs
+        # enough for an exact fit.
+        guess = GUESSED_OVERHEAD * mean_y
+        return cls(guess, (mean_y - guess) / mean_x, exact=False)
 
     def rows_within(self, duration_ms: float) -> float:
         """The most rows a tick can take and still end within ``duration_ms``."""
@@ -125,9 +144,8 @@ class Decision:
     reason: str
 
 
-def decide(budget: Budget, ticks: Sequence[Tick], current: int) -> tuple[int, str]:
-    """The next tick's read limit and why (pure: the same history gives the same answer)."""
-    model = CostModel.fit(ticks[-HISTORY:])
+def decide(budget: Budget, model: CostModel | None, current: int) -> tuple[int, str]:
+    """The next tick's read limit under ``model``, and why (pure)."""
     if model is None:
         return current, "no measurement yet"
     per_tick = budget.target_latency_ms / 2  # one tick waiting, one tick processing
@@ -155,9 +173,11 @@ class Controller:
     decisions: int = 0
     history: deque[Tick] = field(default_factory=lambda: deque(maxlen=HISTORY))
     log: list[Decision] = field(default_factory=list)
+    #: the cost model decisions are made with: the newest exact fit, else a guess
+    model: CostModel | None = None
     #: planning of the previous tick: (monotonic seconds, rows, its end offset's seq)
     _planned: tuple[float, int, int] | None = None
-    _seen_batches: set[int] = field(default_factory=set)
+    _warm: bool = False
 
     def __post_init__(self) -> None:
         if not self.limit:
@@ -171,12 +191,18 @@ class Controller:
             self.decisions = int(recorded.get("decisions", 0))
 
     def observe_planning(self, seq: int, now: float | None = None) -> None:
-        """A planning for the batch after ``seq`` began: the previous tick has finished."""
+        """A planning for the batch after ``seq`` began: the previous tick has finished.
+
+        The run's first tick is not kept: it pays for starting the query (in a fresh JVM,
+        tens of seconds) and says nothing about the next ones.
+        """
         now = time.monotonic() if now is None else now
         if self._planned is not None:
             started, rows, planned_seq = self._planned
             if planned_seq == seq and rows > 0:  # that batch ran (not a replan of the same)
-                self.history.append(Tick(rows, (now - started) * 1000))
+                if self._warm:
+                    self.history.append(Tick(rows, (now - started) * 1000))
+                self._warm = True
             self._planned = None
 
     def observe_progress(self, events: Iterable[Mapping[str, Any]]) -> None:
@@ -193,11 +219,36 @@ class Controller:
             self.history.clear()
             self.history.extend(exact[-HISTORY:])
 
+    def _update_model(self) -> None:
+        """Adopt a new fit if exact; a guess only if the last tick speaks to the limit.
+
+        That is: the tick was cut by the limit, or overran the budget. Small ticks of a quiet
+        input measure mostly overhead and would make a poor guess.
+        """
+        fitted = CostModel.fit(list(self.history))
+        if fitted is None or (self.model is not None and self.model.exact and not fitted.exact):
+            return
+        last = self.history[-1]
+        informative = last.rows >= 0.9 * self.limit or (
+            last.duration_ms > self.budget.target_latency_ms / 2
+        )
+        if fitted.exact or informative:
+            self.model = fitted
+
     def next_limit(self) -> int:
-        """Decide the coming tick's limit (a decision only if it moves beyond the deadband)."""
+        """Decide the coming tick's limit.
+
+        A change is a decision only if it matters and moves beyond the deadband: raising a
+        limit the ticks do not reach, or lowering it to above every recent tick, would change
+        nothing now (and a quiet input's small ticks say little about large ones).
+        """
         self.tick += 1
-        wanted, reason = decide(self.budget, list(self.history), self.limit)
-        if wanted != self.limit and max(wanted, self.limit) > DEADBAND * min(wanted, self.limit):
+        self._update_model()
+        wanted, reason = decide(self.budget, self.model, self.limit)
+        reached = bool(self.history) and self.history[-1].rows >= 0.9 * self.limit
+        largest = max((t.rows for t in self.history), default=0)
+        matters = (wanted > self.limit and reached) or (wanted < self.limit and largest > wanted)
+        if matters and max(wanted, self.limit) > DEADBAND * min(wanted, self.limit):
             self.limit = wanted
             self.decisions += 1
             decision = Decision(self.tick, wanted, reason)

@@ -1,0 +1,106 @@
+"""Spark started with exactly ``conf/spark-defaults.conf``: the shim's plugin, listeners,
+metrics and ``spark.flamestream.*`` defaults work with no registration code.
+
+One child driver (``shim_job.py``) runs every query, since the conf directory is read when a
+driver JVM starts and the tests' shared session has started without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyspark
+import pytest
+
+from flamestream.jvm import SHIM_VERSION, ShimError, check_jar, locate_jar
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    env = dict(os.environ, SPARK_CONF_DIR=str(ROOT / "conf"), PYSPARK_PYTHON=sys.executable)
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.spark.shim_job", str(tmp_path_factory.mktemp("shim"))],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stdout[-3000:] + done.stderr[-5000:]
+    return dict(json.loads(lines[-1][len("RESULT ") :]))
+
+
+def test_the_plugin_and_listeners_run_from_the_conf_file(result: dict[str, Any]) -> None:
+    hello = result["hello"]
+    assert hello["shim"] == SHIM_VERSION and hello["spark"] == pyspark.__version__
+    assert hello["taskListener"] and hello["progressListener"]
+    ids = [result[name]["id"] for name in ("set", "option", "fileDefault")]
+    for query in ids:
+        assert result["progress"][query] >= 1  # the progress listener saw its batches
+    batches = result["tasks"][ids[0]]
+    assert len(batches) == 3
+    rows = [task[2] for b in batches for stage in b["stages"] for task in stage["tasks"]]
+    assert sum(rows) == 60  # every record read, counted per task (partition)
+
+
+def test_sql_confs_are_option_defaults_and_options_win(result: dict[str, Any]) -> None:
+    assert result["set"]["batches"] == 3  # SET spark.flamestream.maxRecordsPerTrigger=20
+    assert result["option"]["batches"] == 2  # .option("maxRecordsPerTrigger", 30) wins
+    assert result["fileDefault"]["last"]["controller"]["targetLatencyMs"] == 4000  # the file
+    assert result["setOverFile"]["last"]["controller"]["targetLatencyMs"] == 9000  # SET
+    assert result["optionOverSet"]["last"]["controller"]["targetLatencyMs"] == 7000  # option
+
+
+def test_a_bad_sql_conf_is_reported_under_its_conf_name(result: dict[str, Any]) -> None:
+    message = result["bad"]
+    assert "option 'spark.flamestream.maxRecordsPerTrigger' = 'abc' is invalid" in message
+    assert "an integer >= 1" in message
+
+
+def test_gauges_reach_spark_metrics_and_the_prometheus_servlet(result: dict[str, Any]) -> None:
+    gauges = result["gauges"]
+    assert gauges["sink.files.set-ck.releasedRows"] == 20  # the last batch's release
+    assert gauges["sink.files.set-ck.bufferedRows"] == 0
+    assert gauges["sink.files.set-ck.minTimeTs"] == 30  # 60 rows over 2 fronts, logical clock
+    controlled = [k for k in gauges if k.startswith("front.generator.") and "readLimit" in k]
+    assert controlled, gauges
+    lines = "\n".join(result["prometheus"])
+    assert "FlameStreamPlugin_sink_files_set_ck_releasedRows" in lines
+    assert "FlameStreamPlugin_listener_tasksStreaming" in lines
+    assert "FlameStreamPlugin_tasks_succeeded_Count" in lines  # the executor part
+
+
+def test_the_installed_jar_matches_this_package() -> None:
+    manifest = check_jar(locate_jar())
+    assert manifest["Spark-Version"] == pyspark.__version__
+
+
+def test_a_missing_or_foreign_jar_is_a_clear_error(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("FLAMESTREAM_SHIM_JAR", str(tmp_path / "nope.jar"))
+    with pytest.raises(ShimError, match=r"shim jar not found.*make setup"):
+        locate_jar()
+    foreign = tmp_path / "foreign.jar"
+    import zipfile
+
+    with zipfile.ZipFile(foreign, "w") as jar:
+        jar.writestr(
+            "META-INF/MANIFEST.MF", "Implementation-Version: 0.0.9\nSpark-Version: 3.5.1\n"
+        )
+    with pytest.raises(ShimError, match=r"shim version '0\.0\.9'"):
+        check_jar(foreign)
+    with zipfile.ZipFile(foreign, "w") as jar:
+        jar.writestr(
+            "META-INF/MANIFEST.MF",
+            f"Implementation-Version: {SHIM_VERSION}\nSpark-Version: 3.5.1\n",
+        )
+    with pytest.raises(ShimError, match=r"built for Spark '3\.5\.1'"):
+        check_jar(foreign)
