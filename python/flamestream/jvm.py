@@ -214,9 +214,12 @@ class Shim:
         with contextlib.suppress(ShimError):  # metrics must never fail a batch
             self.request("metrics", timeout=2.0, scope=scope, values=dict(values))
 
-    def progress(self) -> dict[str, list[dict[str, Any]]]:
-        """Recent progress events per query id, oldest first (needs the progress listener)."""
-        raw = self.request("progress")["progress"]
+    def progress(self, match: str = "", last: int = 0) -> dict[str, list[dict[str, Any]]]:
+        """Recent progress events per query id, oldest first (needs the progress listener).
+
+        ``match``: only events whose JSON contains it; ``last``: only that many per query.
+        """
+        raw = self.request("progress", match=match, last=last)["progress"]
         return {query: [json.loads(e) for e in events] for query, events in raw.items()}
 
     def tasks(self) -> dict[str, list[dict[str, Any]]]:

@@ -70,6 +70,8 @@ def main(base: Path) -> dict[str, Any]:
     out["optionOverSet"] = run("optset", controller="on", targetLatencyMs=7000)
     out["hello"] = shim.request("hello")
     out["progress"] = {query: len(events) for query, events in shim.progress().items()}
+    controller = out["fileDefault"]["last"]["controller"]["id"]
+    out["matched"] = {q: len(e) for q, e in shim.progress(match=controller, last=1).items()}
     out["tasks"] = shim.tasks()
     out["gauges"] = shim.request("gauges")["gauges"]
     url = spark.sparkContext.uiWebUrl

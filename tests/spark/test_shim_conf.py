@@ -46,6 +46,7 @@ def test_the_plugin_and_listeners_run_from_the_conf_file(result: dict[str, Any])
     ids = [result[name]["id"] for name in ("set", "option", "fileDefault")]
     for query in ids:
         assert result["progress"][query] >= 1  # the progress listener saw its batches
+    assert result["matched"] == {ids[2]: 1}  # the controller finds its own query's events
     batches = result["tasks"][ids[0]]
     assert len(batches) == 3
     rows = [task[2] for b in batches for stage in b["stages"] for task in stage["tasks"]]

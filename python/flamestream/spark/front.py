@@ -36,7 +36,7 @@ from flamestream.errors import ConfigError
 from flamestream.jvm import Shim, ShimError
 from flamestream.model import MAX_FRONT
 from flamestream.spark.config import OptionReader
-from flamestream.spark.controller import Budget, Controller
+from flamestream.spark.controller import HISTORY, Budget, Controller
 from flamestream.spark.faults import crash_point
 
 #: Version of the offset format; bumped on any incompatible change.
@@ -310,7 +310,8 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         shim = self._find_shim()
         if shim is not None:
             try:
-                events = [e for q in shim.progress().values() for e in q]
+                found = shim.progress(match=controller.id, last=HISTORY)
+                events = [e for q in found.values() for e in q]
             except ShimError:
                 events = []
             controller.observe_progress(events)

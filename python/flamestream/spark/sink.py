@@ -181,7 +181,7 @@ class BarrierWriter(DataSourceStreamArrowWriter):
         if shim is None:
             return
         min_ts = outcome.min_time.ts
-        values = {
+        values: dict[str, float] = {
             "batch": outcome.batch_id,
             "releasedRows": outcome.released,
             "bufferedRows": outcome.pending,

@@ -30,8 +30,9 @@ import scala.jdk.javaapi.CollectionConverters;
  * secret from the rendezvous file, which only this machine's user can read.
  *
  * <p>Operations: {@code hello} (versions), {@code conf} ({@code spark.flamestream.*} of the
- * default session, over the Spark configuration), {@code progress} and {@code tasks} (what
- * the listeners collected), {@code metrics} (set gauges).
+ * default session, over the Spark configuration), {@code progress} (optionally only events
+ * containing {@code match}, the {@code last} few) and {@code tasks} (what the listeners
+ * collected), {@code metrics} (set gauges), {@code gauges} (their values).
  */
 final class ShimServer implements Runnable {
   static final String VERSION = "0.1.0";
@@ -123,7 +124,9 @@ final class ShimServer implements Runnable {
         reply.put("counts", telemetry.counts());
       }
       case "conf" -> reply.put("conf", flamestreamConf());
-      case "progress" -> reply.put("progress", telemetry.progress());
+      case "progress" -> reply.put(
+          "progress",
+          telemetry.progress(request.path("match").asText(""), request.path("last").asInt(0)));
       case "tasks" -> reply.put("tasks", telemetry.tasks());
       case "metrics" -> {
         String scope = request.path("scope").asText("flamestream");

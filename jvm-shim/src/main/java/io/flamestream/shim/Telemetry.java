@@ -94,10 +94,27 @@ public final class Telemetry {
     }
   }
 
-  /** The last progress events (JSON text) of every query, oldest first. */
-  synchronized Map<String, List<String>> progress() {
+  /**
+   * The last progress events (JSON text) of every query, oldest first: only those containing
+   * {@code match} (a controller's id) if not empty, and only the {@code last} of each query if
+   * positive.
+   */
+  synchronized Map<String, List<String>> progress(String match, int last) {
     Map<String, List<String>> copy = new LinkedHashMap<>();
-    progress.forEach((query, events) -> copy.put(query, new ArrayList<>(events)));
+    progress.forEach((query, events) -> {
+      List<String> kept = new ArrayList<>();
+      for (String event : events) {
+        if (match.isEmpty() || event.contains(match)) {
+          kept.add(event);
+        }
+      }
+      if (last > 0 && kept.size() > last) {
+        kept = new ArrayList<>(kept.subList(kept.size() - last, kept.size()));
+      }
+      if (!kept.isEmpty()) {
+        copy.put(query, kept);
+      }
+    });
     return copy;
   }
 
