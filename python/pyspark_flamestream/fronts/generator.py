@@ -3,27 +3,120 @@
 Record ``i`` of partition ``p`` is a pure function of ``(seed, p, i)``: a key drawn from
 ``keys`` keys with Zipf skew ``keySkew`` (0 = uniform) and a payload of ``payloadBytes``
 characters. Each partition is a front; ``rowsPerSecond`` (over all partitions) says how many
-records become available per second since the query first started, up to ``totalRows``.
+records become available per second since the query first started, up to ``totalRows``
+(0: all of ``totalRows`` at once).
 
-Options: ``rowsPerSecond`` (1000), ``totalRows`` (unbounded), ``partitions`` (2), ``keys``
-(100), ``keySkew`` (0.0), ``payloadBytes`` (16), ``seed`` (0), plus the common front options.
+``rateSteps`` replaces ``rowsPerSecond`` with a rate that changes over time: comma-separated
+``seconds:rowsPerSecond`` steps, e.g. ``"0:2000,20:20000"`` (2000/s for 20 s, then 20000/s),
+seconds increasing from 0 since the clock started, a rate of 0 pausing. The records
+available after ``t`` seconds are the integral of that piecewise-constant rate up to ``t``.
+
+Options: ``rowsPerSecond`` (1000) or ``rateSteps``, ``totalRows`` (unbounded), ``partitions``
+(2), ``keys`` (100), ``keySkew`` (0.0), ``payloadBytes`` (16), ``seed`` (0), plus the common
+front options.
 """
 
 from __future__ import annotations
 
 import bisect
 import hashlib
+import math
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from itertools import accumulate
 
 import pyarrow as pa
 
+from flamestream.errors import ConfigError
 from flamestream.spark.config import OptionReader
 from flamestream.spark.front import FrontRange, FrontSource
 
 #: Records per Arrow batch produced by ``read``.
 CHUNK = 8192
+
+#: What ``rateSteps`` accepts, for its errors.
+RATE_STEPS_ALLOWED = (
+    "comma-separated seconds:rowsPerSecond steps, seconds increasing from 0, rates >= 0 and "
+    "not all 0 (e.g. '0:2000,20:20000')"
+)
+
+
+@dataclass(frozen=True)
+class RateSchedule:
+    """A piecewise-constant rate over all partitions: ``(second, rows per second)`` steps.
+
+    Each step's rate holds from its second until the next step's (the last one forever); the
+    first step is at second 0 and the seconds increase.
+
+    >>> schedule = RateSchedule(((0.0, 100.0), (10.0, 1000.0)))
+    >>> schedule.records(12.0), schedule.elapsed_for(3000.0)
+    (3000.0, 12.0)
+    """
+
+    steps: tuple[tuple[float, float], ...]
+
+    @classmethod
+    def parse(cls, options: OptionReader, name: str, text: str) -> RateSchedule:
+        """``text`` as ``seconds:rate,...``; a ConfigError naming ``name`` if malformed."""
+        steps, problem = cls._steps(text)
+        if problem:
+            raise ConfigError(
+                options.step, options.label(name), text, f"{RATE_STEPS_ALLOWED}; {problem}"
+            )
+        return cls(tuple(steps))
+
+    @staticmethod
+    def _steps(text: str) -> tuple[list[tuple[float, float]], str]:
+        """The steps of ``text`` and what is wrong with them ("" if nothing)."""
+        steps: list[tuple[float, float]] = []
+        for number, entry in enumerate(text.split(","), 1):
+            shown = repr(entry.strip())
+            try:
+                second, rate = (float(part) for part in entry.split(":"))  # not two: ValueError
+            except ValueError:
+                return steps, f"step {number} {shown} is not seconds:rowsPerSecond"
+            if not (math.isfinite(second) and math.isfinite(rate)) or second < 0 or rate < 0:
+                return steps, f"step {number} {shown} has a negative or infinite number"
+            if not steps and second != 0:
+                return steps, f"the first step starts at {second:g} s, not at 0"
+            if steps and second <= steps[-1][0]:
+                return steps, f"step {number} starts at {second:g} s, not after {steps[-1][0]:g} s"
+            steps.append((second, rate))
+        if not any(rate for _, rate in steps):
+            return steps, "every rate is 0: no record would ever be made"
+        return steps, ""
+
+    def _spans(self) -> Iterator[tuple[float, float, float]]:
+        """Each step as (start, end, rate); the last one ends at infinity."""
+        ends = [second for second, _ in self.steps[1:]] + [math.inf]
+        for (start, rate), end in zip(self.steps, ends, strict=True):
+            yield start, end, rate
+
+    def records(self, elapsed: float) -> float:
+        """Records made in the first ``elapsed`` seconds: the integral of the rate."""
+        made = 0.0
+        for start, end, rate in self._spans():
+            if elapsed <= start:
+                break
+            made += rate * (min(elapsed, end) - start)
+        return made
+
+    def elapsed_for(self, records: float) -> float:
+        """The first time by which ``records`` were made (inverts :meth:`records`).
+
+        If the rate drops to 0 for good before that many, the start of that last pause.
+        """
+        made = 0.0
+        for start, end, rate in self._spans():
+            if records <= made:
+                return start
+            if rate > 0 and made + rate * (end - start) >= records:
+                return start + (records - made) / rate
+            if end == math.inf:  # a final pause: never that many
+                return start
+            made += rate * (end - start)
+        return self.steps[-1][0]  # not reached: the last span ends at infinity
 
 
 class GeneratorSource(FrontSource):
@@ -32,7 +125,8 @@ class GeneratorSource(FrontSource):
     kind = "generator"
 
     def __init__(self, options: OptionReader) -> None:
-        self.rows_per_second = options.number("rowsPerSecond", 1000.0, minimum=0.0)
+        #: None: everything available at once (``rowsPerSecond`` 0)
+        self.schedule = self._schedule(options)
         self.total_rows = options.optional_integer("totalRows", minimum=0)
         self.partitions = options.integer("partitions", 2, minimum=1)
         self.keys = options.integer("keys", 100, minimum=1)
@@ -44,6 +138,28 @@ class GeneratorSource(FrontSource):
         self._cdf = [w / total for w in accumulate(weights)]
         self._started_ns: int | None = None  # driver side: when the rate's clock started
         self._resumed = False  # driver side: whether the clock was set back for a restart
+
+    @staticmethod
+    def _schedule(options: OptionReader) -> RateSchedule | None:
+        """``rateSteps``, or ``rowsPerSecond`` as a schedule of one step."""
+        steps, single = options.raw("rateSteps"), options.raw("rowsPerSecond")
+        if steps is not None and single is not None:
+            # an explicit .option() beats a spark.flamestream.* conf default; two of a kind clash
+            steps_set = options.label("rateSteps") == "rateSteps"
+            single_set = options.label("rowsPerSecond") == "rowsPerSecond"
+            if steps_set == single_set:
+                raise ConfigError(
+                    options.step,
+                    options.label("rateSteps"),
+                    steps,
+                    "either rateSteps or rowsPerSecond, not both (rateSteps replaces it)",
+                )
+            if single_set:
+                steps = None
+        if steps is not None:
+            return RateSchedule.parse(options, "rateSteps", steps)
+        rate = options.number("rowsPerSecond", 1000.0, minimum=0.0)
+        return RateSchedule(((0.0, rate),)) if rate else None
 
     def payload_fields(self) -> list[pa.Field]:
         """A key and a value, both strings."""
@@ -57,20 +173,23 @@ class GeneratorSource(FrontSource):
         now = time.time_ns()
         if self._started_ns is None:
             self._started_ns = now
-        if known and not self._resumed and self.rows_per_second:
+        schedule = self.schedule
+        if known and not self._resumed and schedule is not None:
             # A restart from a checkpoint resumes the rate where the offsets left off, instead
-            # of producing nothing new for as long as the earlier run had been running.
+            # of producing nothing new for as long as the earlier run had been running: the
+            # clock is set back by the time the schedule takes to make that many records.
             self._resumed = True
-            behind = max(known.values()) * self.partitions / self.rows_per_second
+            behind = schedule.elapsed_for(max(known.values()) * self.partitions)
             self._started_ns = min(self._started_ns, now - int(behind * 1e9))
         elapsed = (now - self._started_ns) / 1e9
-        per_partition = int(self.rows_per_second * elapsed / self.partitions)
+        made = schedule.records(elapsed) if schedule is not None else 0.0
+        per_partition = int(made / self.partitions)
         out = {}
         for p in range(self.partitions):
             reached = max(per_partition, known.get(self._key(p), 0))
             if self.total_rows is not None:
                 share = self.total_rows // self.partitions + (p < self.total_rows % self.partitions)
-                reached = min(reached, share) if self.rows_per_second else share
+                reached = min(reached, share) if schedule is not None else share
             out[self._key(p)] = reached
         return out
 
