@@ -77,6 +77,26 @@ def test_output_is_the_same_with_the_controller_on_or_off(spark: SparkSession, t
     assert any(r["limit"] > 20 for r in records), records
 
 
+def test_a_restart_resumes_the_controller_from_its_offsets(spark: SparkSession, tmp_path: Path):
+    """Two runs on one checkpoint (300 records, then 600): the second continues with the
+    first's id, limit and decision count, and the output is the uninterrupted run's."""
+    options: dict[str, Any] = {
+        "controller": "on",
+        "targetLatencyMs": 120_000,
+        "minRecordsPerTrigger": 20,
+        "initialRecordsPerTrigger": 20,
+        "maxRecordsPerTrigger": 250,
+    }
+    whole, _ = run(spark, tmp_path / "whole")
+    _, first = run(spark, tmp_path / "ck", totalRows=300, **options)
+    rows, offsets = run(spark, tmp_path / "ck", **options)
+    assert rows == whole
+    before, after = first[-1]["controller"], offsets[len(first)]["controller"]
+    assert after["id"] == before["id"]
+    assert after["decisions"] >= before["decisions"]
+    assert after["limit"] >= before["limit"] or after["decisions"] > before["decisions"]
+
+
 def test_bad_controller_options_fail_before_the_query_starts(spark: SparkSession, tmp_path: Path):
     reader = spark.readStream.format("flamestream").option("front", "generator")
     with pytest.raises(Exception, match="controller") as error:
