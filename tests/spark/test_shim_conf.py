@@ -74,6 +74,9 @@ def test_gauges_reach_spark_metrics_and_the_prometheus_servlet(result: dict[str,
     assert gauges["sink.files.set-ck.minTimeTs"] == 30  # 60 rows over 2 fronts, logical clock
     controlled = [k for k in gauges if k.startswith("front.generator.") and "readLimit" in k]
     assert controlled, gauges
+    controller = result["fileDefault"]["last"]["controller"]["id"]
+    assert gauges[f"controller.{controller}.bufferedRows"] == 0  # the sink's, for its budgets
+    assert f"controller.{controller}.stateBytes" in gauges
     lines = "\n".join(result["prometheus"])
     assert "FlameStreamPlugin_sink_files_set_ck_releasedRows" in lines
     assert "FlameStreamPlugin_listener_tasksStreaming" in lines

@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 
 from flamestream.errors import ConfigError
 from flamestream.spark.config import OptionReader
-from flamestream.spark.controller import Budget, Controller, CostModel, Tick, decide
+from flamestream.spark.controller import (
+    Budget,
+    Controller,
+    CostModel,
+    Memory,
+    Tick,
+    decide,
+)
 
 
 @dataclass
@@ -147,6 +154,28 @@ def test_progress_events_replace_own_timings() -> None:
     ]
     controller.observe_progress(events)
     assert list(controller.history) == [Tick(100, 300.0), Tick(1000, 1200.0)]
+
+
+def test_over_a_memory_budget_the_limit_halves() -> None:
+    budget = Budget(2400.0, 10, None, 900, max_buffered_rows=1000, max_state_bytes=10**6)
+    model = CostModel(200.0, 1.0)
+    assert decide(budget, model, 900, Memory(500, 10))[0] == 1000  # within: the latency rule
+    limit, why = decide(budget, model, 900, Memory(5000, 10), largest=600)
+    assert limit == 300 and why.startswith("buffer 5000 rows > 1000")
+    limit, why = decide(budget, model, 900, Memory(0, 2 * 10**6), largest=0)
+    assert limit == 450 and "state" in why
+    assert decide(budget, model, 15, Memory(5000, 0), largest=15)[0] == 10  # the lower bound
+
+
+def test_the_sinks_gauges_reach_the_controller_and_shrink_its_limit() -> None:
+    controller = Controller(Budget(2400.0, 10, None, 900, max_buffered_rows=1000))
+    controller.history.extend([Tick(900, 1100.0), Tick(900, 1100.0)])
+    controller.observe_gauges({"controller.other.bufferedRows": 9e9, "sink.files.x.batch": 3})
+    assert controller.memory is None
+    controller.observe_gauges({f"controller.{controller.id}.bufferedRows": 4000.0})
+    assert controller.memory == Memory(4000.0, 0.0)
+    assert controller.next_limit() == 450 and controller.decisions == 1
+    assert "buffer 4000 rows" in controller.log[-1].reason
 
 
 def test_budget_options_are_validated() -> None:

@@ -57,6 +57,30 @@ class CommitOutcome:
     dropped: int = 0
 
 
+def front_offsets(checkpoint: str, batch_id: int) -> list[dict[str, Any]]:
+    """The end offsets of the query's flamestream fronts for ``batch_id``, from the offset log.
+
+    Every line of the offset log after the first two is one source's end offset; lines that
+    are not flamestream front offsets belong to other sources and are skipped.
+    """
+    fs, root = fsspec.core.url_to_fs(checkpoint)
+    path = posixpath.join(root, "offsets", str(batch_id))
+    try:
+        lines = fs.cat_file(path).decode().splitlines()
+    except FileNotFoundError:
+        msg = f"sink: no offset log {path}; is checkpointLocation the query's checkpoint?"
+        raise FlameStreamError(msg) from None
+    offsets = []
+    for line in lines[2:]:
+        try:
+            offset = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(offset, dict) and offset.get("flamestream") == OFFSET_VERSION:
+            offsets.append(offset)
+    return offsets
+
+
 def read_min_time(checkpoint: str, batch_id: int, *, in_task: bool = False) -> GlobalTime:
     """The min-time after ``batch_id``: the fronts' least report and the ack table's least.
 
@@ -66,30 +90,16 @@ def read_min_time(checkpoint: str, batch_id: int, *, in_task: bool = False) -> G
     ``in_task=True`` asks from inside the batch's tasks, before the batch's own sends into a
     loop are known: with loop fronts that is the min-time after the previous batch (what
     this batch sends descends from items at or above it); without, it is the same answer.
-
-    Every line of the offset log after the first two is one source's end offset; lines that
-    are not flamestream front offsets belong to other sources and are ignored.
     """
     from flamestream.spark.loop import AckTable, graph_state_url, loops_enabled
 
     loops = loops_enabled(checkpoint)
     if in_task and loops:
         return read_min_time(checkpoint, batch_id - 1) if batch_id > 0 else GlobalTime(0, 0)
-    fs, root = fsspec.core.url_to_fs(checkpoint)
-    path = posixpath.join(root, "offsets", str(batch_id))
-    try:
-        lines = fs.cat_file(path).decode().splitlines()
-    except FileNotFoundError:
-        msg = f"sink: no offset log {path}; is checkpointLocation the query's checkpoint?"
-        raise FlameStreamError(msg) from None
-    reports = []
-    for line in lines[2:]:
-        try:
-            offset = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(offset, dict) and offset.get("flamestream") == OFFSET_VERSION:
-            reports.append(GlobalTime(int(offset["horizon"]), int(offset["idBase"])))
+    reports = [
+        GlobalTime(int(offset["horizon"]), int(offset["idBase"]))
+        for offset in front_offsets(checkpoint, batch_id)
+    ]
     if not reports:
         msg = (
             f"sink: batch {batch_id} has no flamestream front; a barrier sink needs the "

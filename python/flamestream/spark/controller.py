@@ -55,12 +55,18 @@ class Budget:
       bounds per tick; ``max_rows`` None is unbounded.
     * ``initial_rows`` (``initialRecordsPerTrigger``): the first tick's limit, before any
       measurement.
+    * ``max_buffered_rows`` / ``max_state_bytes`` (``maxBufferedRows`` / ``maxStateBytes``):
+      memory budgets for the barrier sink's buffer and the groupings' state; over one, the
+      controller halves the limit (admission is what it can slow). Read from the sink's
+      gauges, so they need the JVM shim.
     """
 
     target_latency_ms: float = 5000.0
     min_rows: int = 100
     max_rows: int | None = None
     initial_rows: int = 10_000
+    max_buffered_rows: int | None = None
+    max_state_bytes: int | None = None
 
     @classmethod
     def parse(cls, options: OptionReader, max_rows: int | None) -> Budget:
@@ -77,7 +83,9 @@ class Budget:
                 min_rows,
                 f"at most maxRecordsPerTrigger ({max_rows}) when the controller is on",
             )
-        return cls(target, min_rows, max_rows, initial)
+        buffered = options.optional_integer("maxBufferedRows", minimum=1)
+        state = options.optional_integer("maxStateBytes", minimum=1)
+        return cls(target, min_rows, max_rows, initial, buffered, state)
 
     def clamp(self, rows: float) -> int:
         """``rows`` within the read bounds."""
@@ -144,8 +152,36 @@ class Decision:
     reason: str
 
 
-def decide(budget: Budget, model: CostModel | None, current: int) -> tuple[int, str]:
-    """The next tick's read limit under ``model``, and why (pure)."""
+@dataclass(frozen=True)
+class Memory:
+    """The barrier's buffer and the groupings' state after the latest commit (sink gauges)."""
+
+    buffered_rows: float = 0.0
+    state_bytes: float = 0.0
+
+    def over(self, budget: Budget) -> str:
+        """Which memory budget is exceeded ("" if none)."""
+        if budget.max_buffered_rows is not None and self.buffered_rows > budget.max_buffered_rows:
+            return f"buffer {self.buffered_rows:.0f} rows > {budget.max_buffered_rows}"
+        if budget.max_state_bytes is not None and self.state_bytes > budget.max_state_bytes:
+            return f"state {self.state_bytes:.0f} bytes > {budget.max_state_bytes}"
+        return ""
+
+
+def decide(
+    budget: Budget,
+    model: CostModel | None,
+    current: int,
+    memory: Memory | None = None,
+    largest: int = 0,
+) -> tuple[int, str]:
+    """The next tick's read limit under ``model`` and ``memory``, and why (pure).
+
+    Over a memory budget: half the largest recent tick (``largest``) or the current limit.
+    """
+    over = memory.over(budget) if memory is not None else ""
+    if over:
+        return budget.clamp(0.5 * min(current, largest or current)), over + ": halve"
     if model is None:
         return current, "no measurement yet"
     per_tick = budget.target_latency_ms / 2  # one tick waiting, one tick processing
@@ -175,6 +211,8 @@ class Controller:
     log: list[Decision] = field(default_factory=list)
     #: the cost model decisions are made with: the newest exact fit, else a guess
     model: CostModel | None = None
+    #: the sink's latest memory gauges for this controller (with the JVM shim)
+    memory: Memory | None = None
     #: planning of the previous tick: (monotonic seconds, rows, its end offset's seq)
     _planned: tuple[float, int, int] | None = None
     _warm: bool = False
@@ -235,6 +273,13 @@ class Controller:
         if fitted.exact or informative:
             self.model = fitted
 
+    def observe_gauges(self, gauges: Mapping[str, float]) -> None:
+        """The sink's memory gauges pushed for this controller (``controller.<id>.*``)."""
+        prefix = f"controller.{self.id}."
+        mine = {k[len(prefix) :]: v for k, v in gauges.items() if k.startswith(prefix)}
+        if mine:
+            self.memory = Memory(mine.get("bufferedRows", 0.0), mine.get("stateBytes", 0.0))
+
     def next_limit(self) -> int:
         """Decide the coming tick's limit.
 
@@ -244,9 +289,9 @@ class Controller:
         """
         self.tick += 1
         self._update_model()
-        wanted, reason = decide(self.budget, self.model, self.limit)
-        reached = bool(self.history) and self.history[-1].rows >= 0.9 * self.limit
         largest = max((t.rows for t in self.history), default=0)
+        wanted, reason = decide(self.budget, self.model, self.limit, self.memory, largest)
+        reached = bool(self.history) and self.history[-1].rows >= 0.9 * self.limit
         matters = (wanted > self.limit and reached) or (wanted < self.limit and largest > wanted)
         if matters and max(wanted, self.limit) > DEADBAND * min(wanted, self.limit):
             self.limit = wanted

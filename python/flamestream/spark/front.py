@@ -312,6 +312,7 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             try:
                 found = shim.progress(match=controller.id, last=HISTORY)
                 events = [e for q in found.values() for e in q]
+                controller.observe_gauges(shim.request("gauges")["gauges"])
             except ShimError:
                 events = []
             controller.observe_progress(events)

@@ -39,6 +39,7 @@ from flamestream.spark.barrier import (
     CommitOutcome,
     StagedPart,
     below,
+    front_offsets,
     meta_order,
     read_min_time,
 )
@@ -193,6 +194,12 @@ class BarrierWriter(DataSourceStreamArrowWriter):
             values["minTimeLagMs"] = max(0.0, (time.time_ns() // 1000 - min_ts) / 1000)
         name = posixpath.basename(self.checkpoint.rstrip("/")) or "query"
         shim.push_metrics(f"sink.{self.output.kind}.{name}", values)
+        # the memory the fronts' controllers budget for: found by the ids in this batch's offsets
+        memory = {"bufferedRows": values["bufferedRows"], "stateBytes": values["stateBytes"]}
+        for offset in front_offsets(self.checkpoint, outcome.batch_id):
+            controller = offset.get("controller")
+            if isinstance(controller, dict) and "id" in controller:
+                shim.push_metrics(f"controller.{controller['id']}", memory)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing to undo: staged parts are overwritten when the batch runs again."""
