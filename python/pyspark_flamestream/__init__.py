@@ -34,6 +34,7 @@ from flamestream.spark.front import (
     ReaderConfig,
 )
 from flamestream.spark.items import ITEM_SCHEMA
+from flamestream.spark.layout import EVEN, GAIN, MIN_ITEMS, SKEW, ControlReader, ElasticPolicy
 from flamestream.spark.loop import LoopReader
 from flamestream.spark.sink import BarrierWriter, SinkOutput
 
@@ -103,6 +104,23 @@ class FlameStreamDataSource(DataSource):
         options.finish()
         return checkpoint
 
+    def _control(self) -> tuple[str, int, ElasticPolicy] | None:
+        """A graph's control front (``front=control``, made by ``apply`` with elastic=)."""
+        if self.options.get("front") != "control":
+            return None
+        options = OptionReader("front control", self.options)
+        options.raw("front")
+        checkpoint = options.string("path", required=True)
+        partitions = options.integer("partitions", minimum=1)
+        policy = ElasticPolicy(
+            skew=options.number("skew", SKEW, minimum=1.0),
+            even=options.number("even", EVEN, minimum=1.0),
+            min_items=options.integer("minItems", MIN_ITEMS, minimum=1),
+            gain=options.number("gain", GAIN, minimum=0.0),
+        )
+        options.finish()
+        return checkpoint, partitions, policy
+
     def schema(self) -> StructType:
         """Meta columns (ts, front, source, position), then the front's payload columns.
 
@@ -110,7 +128,7 @@ class FlameStreamDataSource(DataSource):
         """
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        if self._loop_checkpoint() is not None:
+        if self._loop_checkpoint() is not None or self._control() is not None:
             return from_arrow_schema(ITEM_SCHEMA)
         source, _ = self._front_source()
         import pyarrow as pa
@@ -122,6 +140,9 @@ class FlameStreamDataSource(DataSource):
         checkpoint = self._loop_checkpoint()
         if checkpoint is not None:
             return LoopReader(checkpoint)
+        control = self._control()
+        if control is not None:
+            return ControlReader(*control)
         source, config = self._front_source()
         return FrontReader(source, config)
 

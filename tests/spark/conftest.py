@@ -30,9 +30,12 @@ def run_to_files(df: DataFrame, out: Path, checkpoint: Path, **options: Any) -> 
     for key, value in options.items():
         writer = writer.option(key, str(value))
     query = writer.trigger(availableNow=True).start()
-    query.awaitTermination(180)
+    finished = query.awaitTermination(300)
     if query.exception():
         raise query.exception()  # type: ignore[misc]
+    if not finished:  # partial output must not pass for a result
+        query.stop()
+        raise TimeoutError(f"the query writing to {out} did not finish within 300 s")
     return query
 
 

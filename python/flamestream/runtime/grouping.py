@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 import pickle
 from bisect import bisect_left
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -230,6 +230,70 @@ class GroupingState:
         """Continue from a :meth:`snapshot` (of the same step)."""
         state = pickle.loads(data)  # noqa: S301  (written by snapshot(), in our state dir)
         self._buckets, self._by_time, self._times, self._oversized, self.stats = state
+
+    # --- moving keys between partitions (the Spark runtime's elastic layout) ---------------
+
+    def split(
+        self, part_of: Callable[[Hashable], int], into: Iterable[int] = ()
+    ) -> dict[int, GroupingState]:
+        """Cut by key: part ``part_of(key)`` gets the key's bucket and index entries.
+
+        Tombstones (index entries without a key) go to every part: each may meet a stale
+        version of their item. The counters go to the lowest part, so a merge sums them once.
+        Items stay shared between a bucket and the index within a part, as ``_remove`` and
+        ``_forget`` expect. Every part in ``into`` exists in the result, if only with
+        tombstones.
+        """
+        parts: dict[int, GroupingState] = {}
+
+        def part(number: int) -> GroupingState:
+            if number not in parts:
+                parts[number] = GroupingState(self.step_id, self.window, self._key)
+            return parts[number]
+
+        for number in into:
+            part(number)
+        for key, bucket in self._buckets.items():
+            part(part_of(key))._buckets[key] = bucket
+        keyless: list[DataItem] = []
+        for entries in self._by_time.values():
+            for key, item in entries:
+                if key is None:
+                    keyless.append(item)
+                else:
+                    part(part_of(key))._remember(key, item)
+        for item in keyless:
+            for state in parts.values():
+                state._remember(None, item)
+        for key in self._oversized:
+            part(part_of(key))._oversized.add(key)
+        if parts:
+            parts[min(parts)].stats = self.stats
+        return parts
+
+    @classmethod
+    def merge(
+        cls, step_id: str, window: int, key: Callable[[Any], Hashable], states: list[GroupingState]
+    ) -> GroupingState:
+        """One state holding the disjoint keys of ``states``; a tombstone held by several once."""
+        merged = cls(step_id, window, key)
+        seen: set[tuple[Meta, bool]] = set()
+        for state in states:
+            merged._buckets.update(state._buckets)
+            merged._oversized |= state._oversized
+            for entries in state._by_time.values():
+                for bucket_key, item in entries:
+                    if bucket_key is None:
+                        mark = (item.meta, item.may_invalidate)
+                        if mark in seen:
+                            continue
+                        seen.add(mark)
+                    merged._remember(bucket_key, item)
+            for name in vars(merged.stats):
+                setattr(
+                    merged.stats, name, getattr(merged.stats, name) + getattr(state.stats, name)
+                )
+        return merged
 
     # --- inspection ----------------------------------------------------------------------
 

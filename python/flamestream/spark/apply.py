@@ -33,6 +33,7 @@ from flamestream.graph.logical import LogicalGraph
 from flamestream.graph.steps import Merge, Sink, Source
 from flamestream.spark.items import BYTES_TAG, ITEM_DDL, MAY_INVALIDATE, TEXT_TAG, TOMBSTONE
 from flamestream.spark.keyed import KeyedRunner
+from flamestream.spark.layout import ElasticPolicy, Router
 from flamestream.spark.loop import LoopSpec, LoopWriter, graph_state_url
 from flamestream.spark.partitioning import SALT_PREFIX, salts
 from flamestream.spark.stages import (
@@ -62,6 +63,10 @@ class SparkGraph:
     whose groupings are map_reduce's) releases per batch only the latest value of each key
     instead of every update, and pre-combines mapped values on the map side where the reducer
     is declared ``commutative``; the default ``"every"`` releases what the model releases.
+    ``elastic=True`` (streaming, with a checkpoint) lets key ranges move between the keyed
+    partitions between micro-batches, when one partition gets much more than its share of the
+    items (:mod:`flamestream.spark.layout`; an ``ElasticPolicy`` sets when); the released
+    output does not change.
     """
 
     def __init__(
@@ -72,11 +77,13 @@ class SparkGraph:
         render: Callable[[Any], str] = render_default,
         partitions: int | None = None,
         release: str = "every",
+        elastic: bool | ElasticPolicy = False,
     ) -> None:
         self.graph = flow.build() if isinstance(flow, Dataflow) else flow
         self.fusion = fusion
         self.render = render
         self.partitions = partitions
+        self.elastic = ElasticPolicy() if elastic is True else (elastic or None)
         self.cut = loop_edges(self.graph)  #: edges whose items go through the loop front
         self.stages = plan_stages(self.graph, fusion=fusion, cut=self.cut)
         self.keys = keyed_entries(self.graph, self.stages)
@@ -195,9 +202,22 @@ class SparkGraph:
         looping = [s for s in self.stages if s.grouping and not self._key_local(s)]
         targets = {merge for _, merge in self.cut}
         fed = looping + [s for s in self.stages if targets & set(s.steps) and s not in looping]
+        policy = self.elastic
+        elastic = policy is not None and bool(checkpoint_location) and df.isStreaming and self.keyed
         if checkpoint_location and df.isStreaming:
             state_url = graph_state_url(checkpoint_location)
-            _check_layout(state_url, partitions, loops=bool(fed))
+            _check_layout(state_url, partitions, loops=bool(fed), elastic=elastic)
+        control_rows = None
+        if elastic:  # the control front: no rows, its offset is each batch's key layout
+            assert checkpoint_location is not None and policy is not None  # noqa: S101
+            control_rows = (
+                df.sparkSession.readStream.format("flamestream")
+                .option("front", "control")
+                .option("path", checkpoint_location)
+                .option("partitions", partitions)
+                .options(**policy.options())
+                .load()
+            )
         loop_rows = None
         if fed and state_url is not None:  # items sent into the loop come back through it
             assert checkpoint_location is not None  # noqa: S101
@@ -243,6 +263,9 @@ class SparkGraph:
                 for p in self.graph.producers(entry)
                 if p in self._stage_of and self._stage_of[p] is not stage
             }
+            if control_rows is not None:  # in the query once, so its offset is in every batch's
+                stage_input = stage_input.unionByName(control_rows.select(*stage_input.columns))
+                control_rows = None
             looped = stage in fed and loop_rows is not None
             if looped:
                 assert loop_rows is not None  # noqa: S101
@@ -262,8 +285,17 @@ class SparkGraph:
                     loop = LoopSpec(stage.index, reentry, partitions, state_url)
                 else:  # a bounded input has no next batch: every key in one task
                     key_partitions = 1
+            route = "key"
+            if elastic and key_partitions > 1:  # route by the batch's layout, not the key hash
+                assert checkpoint_location is not None  # noqa: S101
+                router = Router(checkpoint_location, key_partitions)
+                schema = ITEM_DDL + ", route binary"
+                stage_input = stage_input.mapInArrow(
+                    _named(router, f"flamestream_route_{stage.index}"), schema
+                )
+                route = "route"
             if key_partitions > 1 and (looped or any(flagged[u] for u in upstream)):
-                stage_input = _invalidators_everywhere(stage_input, key_partitions)
+                stage_input = _invalidators_everywhere(stage_input, key_partitions, route)
             keyed = KeyedRunner(
                 self.graph,
                 stage,
@@ -273,8 +305,9 @@ class SparkGraph:
                 checkpoint=checkpoint_location if state_url else None,
                 latest=self.release == "latest",
                 loop=loop,
+                elastic=key_partitions if route == "route" else None,
             )
-            shuffled = stage_input.repartition(key_partitions, F.col("key"))
+            shuffled = stage_input.repartition(key_partitions, F.col(route))
             outputs[stage.index] = shuffled.mapInArrow(_named(keyed, stage.name), ITEM_DDL)
         released = [rows_for(sink) for sink in self.sinks]
         for number, (producer, merge) in enumerate(sorted(self.cut)):
@@ -383,7 +416,7 @@ def _named(runner: Callable[[Any], Any], name: str) -> Callable[[Any], Any]:
     return run
 
 
-def _invalidators_everywhere(rows: DataFrame, partitions: int) -> DataFrame:
+def _invalidators_everywhere(rows: DataFrame, partitions: int, column: str = "key") -> DataFrame:
     """Rows entering a keyed stage, plus a copy of every invalidator for each other partition.
 
     A replayed item (may-invalidate) goes to its key's partition, but the versions it
@@ -393,26 +426,32 @@ def _invalidators_everywhere(rows: DataFrame, partitions: int) -> DataFrame:
     the grouping there drops what it invalidates and remembers it against late arrivals. A
     tombstone's own row is replaced by its copies; one whose key is a salt was handled already
     in that salt's partition (it came through the loop) and goes to the others only.
+
+    ``column`` is what the shuffle routes by: ``key``, or ``route`` under an elastic layout
+    (where a copy's route and key are both the salt).
     """
     from pyspark.sql import functions as F
 
     width = F.lit(partitions)
-    own = F.when(F.col("key").isNull(), F.lit(-1)).otherwise(F.pmod(F.hash(F.col("key")), width))
+    target = F.col(column)
+    own = F.when(target.isNull(), F.lit(-1)).otherwise(F.pmod(F.hash(target), width))
     everywhere = F.array(*[F.lit(bytearray(salt)) for salt in salts(partitions)])
     copies = F.filter(everywhere, lambda salt: F.pmod(F.hash(salt), width) != own)
     flags = F.col("flags")
     keys = (
-        F.when(flags.bitwiseAND(F.lit(MAY_INVALIDATE | TOMBSTONE)) == 0, F.array(F.col("key")))
+        F.when(flags.bitwiseAND(F.lit(MAY_INVALIDATE | TOMBSTONE)) == 0, F.array(target))
         .when(flags.bitwiseAND(F.lit(TOMBSTONE)) != 0, copies)
-        .otherwise(F.concat(F.array(F.col("key")), copies))
+        .otherwise(F.concat(F.array(target), copies))
     )
-    copy = F.substring(F.col("key"), 1, 1) == F.lit(bytearray(SALT_PREFIX))
-    columns = [c for c in rows.columns if c != "key"]
-    spread = rows.select(*columns, F.explode(keys).alias("key"))
+    copy = F.substring(F.col(column), 1, 1) == F.lit(bytearray(SALT_PREFIX))
+    columns = [c for c in rows.columns if c != column]
+    spread = rows.select(*columns, F.explode(keys).alias(column))
     return spread.select(
         *[
             F.when(copy, F.lit(None).cast("binary")).otherwise(F.col(c)).alias(c)
             if c == "payload"
+            else F.when(copy, F.col(column)).otherwise(F.col(c)).alias(c)
+            if c == "key" and column != "key"
             else F.when(copy, flags.bitwiseOR(F.lit(MAY_INVALIDATE | TOMBSTONE)).cast("tinyint"))
             .otherwise(flags)
             .alias(c)
@@ -423,12 +462,27 @@ def _invalidators_everywhere(rows: DataFrame, partitions: int) -> DataFrame:
     )
 
 
-def _check_layout(state_url: str, partitions: int, *, loops: bool = False) -> None:
-    """The groupings' state is per key partition: the partition count must never change."""
+def _check_layout(
+    state_url: str, partitions: int, *, loops: bool = False, elastic: bool = False
+) -> None:
+    """The partition count and the kind of layout must never change for a checkpoint.
+
+    The groupings' state is per key partition, or per slot when elastic.
+    """
     fs, root = fsspec.core.url_to_fs(state_url)
     layout = posixpath.join(root, "layout.json")
     if fs.exists(layout):
-        recorded = json.loads(fs.cat_file(layout))["partitions"]
+        written = json.loads(fs.cat_file(layout))
+        recorded = written["partitions"]
+        if bool(written.get("elastic", False)) != elastic:
+            option = "elastic"
+            raise GraphError(
+                option,
+                f"elastic={bool(written.get('elastic', False))}, as when this checkpoint's "
+                "state was written",
+                f"elastic={elastic}",
+                "the state of an elastic graph is kept per slot: keep elastic= fixed",
+            )
         if recorded != partitions:
             option = "partitions"
             raise GraphError(
@@ -440,7 +494,7 @@ def _check_layout(state_url: str, partitions: int, *, loops: bool = False) -> No
         return
     fs.makedirs(root, exist_ok=True)
     with fs.open(layout, "w") as out:
-        out.write(json.dumps({"partitions": partitions, "loops": loops}))
+        out.write(json.dumps({"partitions": partitions, "loops": loops, "elastic": elastic}))
 
 
 def apply_graph(
@@ -453,7 +507,15 @@ def apply_graph(
     partitions: int | None = None,
     checkpoint_location: str | None = None,
     release: str = "every",
+    elastic: bool | ElasticPolicy = False,
 ) -> DataFrame:
     """Compile ``flow`` and apply it to ``df``: see :meth:`SparkGraph.apply`."""
-    graph = SparkGraph(flow, fusion=fusion, render=render, partitions=partitions, release=release)
+    graph = SparkGraph(
+        flow,
+        fusion=fusion,
+        render=render,
+        partitions=partitions,
+        release=release,
+        elastic=elastic,
+    )
     return graph.apply(df, payload=payload, checkpoint_location=checkpoint_location)

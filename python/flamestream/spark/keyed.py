@@ -28,7 +28,7 @@ from typing import Any
 import fsspec
 import pyarrow as pa
 
-from flamestream.errors import StepError
+from flamestream.errors import InvariantError, StepError
 from flamestream.graph.logical import LogicalGraph
 from flamestream.graph.steps import Grouping, Step
 from flamestream.model import DataItem, GlobalTime, Meta
@@ -43,8 +43,11 @@ from flamestream.spark.items import (
     TOMBSTONE,
     decode_payload,
     decode_trace,
+    encode_key,
 )
+from flamestream.spark.layout import Layout, SlotLoads, read_layout, slot_of
 from flamestream.spark.loop import LoopRouter, LoopSpec, LoopStore, graph_state_url
+from flamestream.spark.partitioning import is_salt
 from flamestream.spark.stages import Exits, Stage, render_default
 
 #: The item row columns a keyed stage reads (``key`` only routed the shuffle, ``value`` is
@@ -121,6 +124,7 @@ class KeyedRunner:
         checkpoint: str | None = None,
         latest: bool = False,
         loop: LoopSpec | None = None,
+        elastic: int | None = None,
     ) -> None:
         assert stage.grouping is not None  # noqa: S101
         grouping = graph.step(stage.grouping)
@@ -142,6 +146,11 @@ class KeyedRunner:
         self.loop = loop
         self._router: LoopRouter | None = None  # the current task's, when it has a loop
         self._task = (0, -1)  # the current task's (partition, batch id)
+        #: elastic layout: the key partition count; state is then kept per slot (spark.layout)
+        self.elastic = elastic
+        self.state_url = state_url or ""
+        self.slot_store = StateStore(state_url, grouping.step_id + ".slots") if state_url else None
+        self._layout: Layout | None = None  # the current batch's, when elastic
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """All of the partition's rows, in meta order, then the rows leaving the stage.
@@ -168,7 +177,13 @@ class KeyedRunner:
         self._router, self._task = None, (partition, batch_id)
         g = self.grouping
         state = GroupingState(g.step_id, g.window, g.key)
-        if durable:
+        elastic = durable and self.elastic is not None and self.checkpoint is not None
+        self._layout = None
+        if elastic:
+            assert self.checkpoint is not None and self.elastic is not None  # noqa: S101
+            self._layout = read_layout(self.checkpoint, batch_id, self.elastic)
+            state = self._restore_slots(self._layout, partition, batch_id)
+        elif durable:
             assert self.store is not None  # noqa: S101
             snapshot = self.store.load(partition, batch_id)
             if snapshot is not None:
@@ -193,10 +208,54 @@ class KeyedRunner:
                 crash_point("graph.loop.sent", batch_id)
             if min_time is not None:
                 state.collect_garbage(min_time)
-            self.store.save(partition, batch_id, state.snapshot())
+            if self._layout is not None:
+                self._save_slots(self._layout, partition, batch_id, state, tables)
+            else:
+                self.store.save(partition, batch_id, state.snapshot())
             crash_point("graph.keyed.saved", batch_id)
         if output is not None and output.num_rows:
             yield output
+
+    def _restore_slots(self, layout: Layout, partition: int, batch_id: int) -> GroupingState:
+        """The merged state of the slots ``layout`` gives this partition (elastic)."""
+        assert self.slot_store is not None  # noqa: S101
+        g = self.grouping
+        states = []
+        for slot in layout.slots_of(partition):
+            state = GroupingState(g.step_id, g.window, g.key)
+            snapshot = self.slot_store.load(slot, batch_id)
+            if snapshot is not None:
+                state.restore(snapshot)
+            states.append(state)
+        return GroupingState.merge(g.step_id, g.window, g.key, states)
+
+    def _save_slots(
+        self,
+        layout: Layout,
+        partition: int,
+        batch_id: int,
+        state: GroupingState,
+        tables: list[pa.RecordBatch],
+    ) -> None:
+        """One snapshot per slot of this partition, and how many items each slot got."""
+        assert self.slot_store is not None and self.store is not None  # noqa: S101
+        g = self.grouping
+        mine = layout.slots_of(partition)
+        parts = state.split(lambda key: slot_of(encode_key(key), layout.slots), into=mine)
+        strays = sorted(set(parts) - set(mine))
+        if strays:  # a key this partition does not hold under the layout: a routing bug
+            msg = f"grouping {g.step_id!r}: partition {partition} holds keys of slots {strays}"
+            raise InvariantError(msg)
+        for slot in mine:
+            self.slot_store.save(slot, batch_id, parts[slot].snapshot())
+        loads: dict[int, int] = {}
+        for batch in tables:
+            for key in batch.column("key").to_pylist():
+                if key is not None and not is_salt(key):
+                    slot = slot_of(key, layout.slots)
+                    loads[slot] = loads.get(slot, 0) + 1
+        task = f"{g.step_id}-{partition:05d}"
+        SlotLoads(self.state_url).write(batch_id, task, loads)
 
     def _run(
         self, table: pa.Table, state: GroupingState, min_time: GlobalTime | None = None
@@ -271,7 +330,9 @@ class KeyedRunner:
         if self.loop is None or self.store is None or batch_id < 0:
             return None
         g, spec = self.grouping, self.loop
-        return LoopRouter(g.step_id, g.key, spec.reentry, spec.partitions, partition, where)
+        return LoopRouter(
+            g.step_id, g.key, spec.reentry, spec.partitions, partition, where, self._layout
+        )
 
 
 def _grouping_handler(state: GroupingState, dest: str) -> Handler:

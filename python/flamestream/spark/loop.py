@@ -53,9 +53,11 @@ from flamestream.spark.items import (
     ITEM_SCHEMA,
     MAY_INVALIDATE,
     TOMBSTONE,
+    encode_key,
     encode_payload,
     encode_trace,
 )
+from flamestream.spark.layout import Layout
 from flamestream.spark.partitioning import partition_of, salts
 
 #: Version of the loop front's offset.
@@ -315,15 +317,20 @@ class LoopRouter:
         partitions: int,
         partition: int,
         where: Callable[[GlobalTime], Any],
+        layout: Layout | None = None,
     ) -> None:
         self.grouping = grouping
+        #: elastic: this batch's layout says where a key lives; invalidators then go to every
+        #: partition (key None), since the next batch's layout may hold this partition's
+        #: slots elsewhere and other slots here
+        self.layout = layout
         self.key = key
         self.reentry = reentry
         self.partitions = partitions
         self.partition = partition
         self.where = where
-        self.salt = salts(partitions)[partition]
-        self.sent: list[tuple[str, DataItem, bytes]] = []
+        self.salt: bytes | None = salts(partitions)[partition] if layout is None else None
+        self.sent: list[tuple[str, DataItem, bytes | None]] = []
 
     def route(self, outputs: list[tuple[str, DataItem]]) -> list[tuple[str, DataItem]]:
         """The outputs that stay in the task; the others are kept for :meth:`table`."""
@@ -339,11 +346,17 @@ class LoopRouter:
                 self.sent.append((dest, item, self.salt))
                 continue
             try:
-                key = encode_payload(self.key(item.payload))
+                raw = self.key(item.payload)
+                key = encode_payload(raw) if self.layout is None else encode_key(raw)
             except Exception as exc:  # the grouping's key function failed on this item
                 where = self.where(item.global_time)
                 raise StepError(self.grouping, self.key, item.global_time, where, exc) from exc
-            if partition_of(key, self.partitions) != self.partition:
+            home = (
+                partition_of(key, self.partitions)
+                if self.layout is None
+                else self.layout.partition_of(key)
+            )
+            if home != self.partition:
                 self.sent.append((dest, item, key))
                 continue
             kept.append((dest, item))

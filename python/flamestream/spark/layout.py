@@ -1,0 +1,338 @@
+"""Elastic key layout: key ranges (slots) move between keyed partitions between ticks.
+
+A keyed stage's keys fall into ``slots`` = ``SLOTS_PER_PARTITION`` times the partitions
+(``slot_of``: CRC-32 of the encoded key). A tick's *layout* assigns every slot to a partition;
+rows entering the stage carry a ``route`` column that lands them in their slot's partition
+(``Layout.route``), and each task keeps its groupings' state *per slot*, so a slot's state
+moves with it: a task restores the snapshots of the slots the tick gives it, merges them,
+runs the batch, and saves one snapshot per slot again (``GroupingState.split`` / ``merge``).
+
+The layout of batch ``b`` is in the query's offset log, as the end offset of an internal
+source, the *control front* (``format("flamestream").option("front", "control")``, unioned in
+by ``apply`` with ``elastic=True``). Its reader runs in the driver's source process: at each
+planning it reads how many items each slot received in the last batch (written by the keyed
+tasks), and if one partition carries much more than its share, it packs the slots anew
+(largest first onto the least loaded partition: a *split* of the hot partition's key range);
+when the load would be even again under the default layout, it goes back to it (a *merge*
+of the ranges it had split). A new
+layout changes the control front's offset; an unchanged one does not, so the control front
+never makes a batch happen by itself except to carry a decision. A replayed batch reads the
+same offsets, hence the same layout, hence restores the same slots.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import posixpath
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+from flamestream.spark.partitioning import SALT_PREFIX, is_salt, partition_of
+
+#: Slots per key partition: how finely key ranges can be moved.
+SLOTS_PER_PARTITION = 4
+#: Route values start with this byte (salts, which mark invalidator copies, with ``\\x00``).
+ROUTE_PREFIX = b"\x01"
+#: A partition carrying more than this times the mean load is hot.
+SKEW = 1.5
+#: A moved layout goes back to the default once that would carry at most this times the mean
+#: (below SKEW, so that a layout does not flip back and forth at the threshold).
+EVEN = 1.2
+#: Below this many items in a batch, loads say too little to move anything.
+MIN_ITEMS = 200
+#: A new packing must cut the hottest partition's load by this factor to be worth a move.
+GAIN = 0.8
+
+
+def slot_of(key: bytes, slots: int) -> int:
+    """The slot of an encoded key."""
+    return zlib.crc32(key) % slots
+
+
+@cache
+def routes(partitions: int) -> tuple[bytes, ...]:
+    """One route value per partition: ``repartition(n, "route")`` puts ``routes(n)[p]`` in p."""
+    found: dict[int, bytes] = {}
+    candidate = 0
+    while len(found) < partitions:
+        value = ROUTE_PREFIX + candidate.to_bytes(4, "big")
+        found.setdefault(partition_of(value, partitions), value)
+        candidate += 1
+    return tuple(found[p] for p in range(partitions))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Which partition holds each slot."""
+
+    partitions: int
+    assignment: tuple[int, ...]
+
+    @classmethod
+    def default(cls, partitions: int) -> Layout:
+        """Slot ``s`` in partition ``s mod n``: every partition gets the same number."""
+        slots = partitions * SLOTS_PER_PARTITION
+        return cls(partitions, tuple(s % partitions for s in range(slots)))
+
+    @property
+    def slots(self) -> int:
+        """How many slots there are."""
+        return len(self.assignment)
+
+    def partition_of(self, key: bytes) -> int:
+        """The partition holding the encoded key's slot."""
+        return self.assignment[slot_of(key, self.slots)]
+
+    def route(self, key: bytes | None) -> bytes | None:
+        """The ``route`` value of a row with ``key``: None (everywhere) and salts stay."""
+        if key is None or is_salt(key):
+            return key
+        return routes(self.partitions)[self.partition_of(key)]
+
+    def slots_of(self, partition: int) -> list[int]:
+        """The slots of ``partition``."""
+        return [s for s, p in enumerate(self.assignment) if p == partition]
+
+    def loads(self, slot_loads: Mapping[int, int]) -> list[int]:
+        """Items per partition, given items per slot."""
+        out = [0] * self.partitions
+        for slot, items in slot_loads.items():
+            out[self.assignment[slot]] += items
+        return out
+
+
+@dataclass(frozen=True)
+class ElasticPolicy:
+    """When the control front moves key ranges (``SparkGraph(elastic=ElasticPolicy(...))``)."""
+
+    skew: float = SKEW
+    even: float = EVEN
+    min_items: int = MIN_ITEMS
+    gain: float = GAIN
+
+    def options(self) -> dict[str, str]:
+        """As control front options."""
+        return {
+            "skew": str(self.skew),
+            "even": str(self.even),
+            "minItems": str(self.min_items),
+            "gain": str(self.gain),
+        }
+
+
+def plan_layout(
+    current: Layout, slot_loads: Mapping[int, int], policy: ElasticPolicy | None = None
+) -> tuple[Layout | None, str]:
+    """A better layout for these per-slot loads, or None (pure; see the module docstring)."""
+    policy = policy or ElasticPolicy()
+    total = sum(slot_loads.values())
+    if total < policy.min_items:
+        return None, f"{total} items: too few to judge"
+    mean = total / current.partitions
+    loads = current.loads(slot_loads)
+    hottest = max(loads)
+    default = Layout.default(current.partitions)
+    if current != default and max(default.loads(slot_loads)) <= policy.even * mean:
+        return default, f"even under the default layout (max {max(default.loads(slot_loads))})"
+    if hottest <= policy.skew * mean:
+        return None, f"balanced (max {hottest}, mean {mean:.0f})"
+    packed = [0] * current.partitions
+    assignment = list(current.assignment)
+    for slot in sorted(range(current.slots), key=lambda s: (-slot_loads.get(s, 0), s)):
+        target = min(range(current.partitions), key=lambda p: (packed[p], p))
+        assignment[slot] = target
+        packed[target] += slot_loads.get(slot, 0)
+    if max(packed) > policy.gain * hottest:
+        return None, f"no packing cuts the hot partition's {hottest} items enough"
+    return Layout(current.partitions, tuple(assignment)), (
+        f"split: max partition load {hottest} -> {max(packed)} (mean {mean:.0f})"
+    )
+
+
+# --- where layouts and loads live ---------------------------------------------------------
+
+
+def _fs(url: str) -> tuple[Any, str]:
+    fs, root = fsspec.core.url_to_fs(url)
+    return fs, root
+
+
+_LAYOUTS: dict[tuple[str, int], Layout] = {}
+
+
+def read_layout(checkpoint: str, batch_id: int, partitions: int) -> Layout:
+    """Batch ``batch_id``'s layout, from the control front's line of the offset log."""
+    cached = _LAYOUTS.get((checkpoint, batch_id))
+    if cached is not None:
+        return cached
+    layout = Layout.default(partitions)
+    fs, root = _fs(checkpoint)
+    path = posixpath.join(root, "offsets", str(batch_id))
+    if batch_id >= 0 and fs.exists(path):
+        for line in fs.cat_file(path).decode().splitlines()[2:]:
+            try:
+                offset = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(offset, dict) and offset.get("flamestreamLayout") == 1:
+                layout = Layout(int(offset["partitions"]), tuple(offset["assignment"]))
+        if len(_LAYOUTS) > 64:
+            _LAYOUTS.clear()
+        _LAYOUTS[(checkpoint, batch_id)] = layout
+    return layout
+
+
+class SlotLoads:
+    """Items per slot per batch, written by the keyed tasks (``<state>/slots/<batch>/``)."""
+
+    def __init__(self, state_url: str) -> None:
+        self.url = state_url.rstrip("/") + "/slots"
+
+    def write(self, batch_id: int, task: str, loads: Mapping[int, int]) -> None:
+        """One task's counts (a retried task overwrites its file)."""
+        fs, root = _fs(self.url)
+        folder = posixpath.join(root, f"{batch_id:012d}")
+        fs.makedirs(folder, exist_ok=True)
+        with fs.open(posixpath.join(folder, f"{task}.json"), "w") as out:
+            out.write(json.dumps({str(k): v for k, v in sorted(loads.items())}))
+
+    def forget_before(self, batch_id: int) -> None:
+        """Remove the counts of batches before ``batch_id`` (the control front, once judged)."""
+        fs, root = _fs(self.url)
+        for old in self._batches(fs, root):
+            if old < batch_id:
+                with contextlib.suppress(FileNotFoundError):
+                    fs.rm(posixpath.join(root, f"{old:012d}"), recursive=True)
+
+    def read(self, batch_id: int) -> dict[int, int] | None:
+        """All tasks' counts of a batch summed (None if no task wrote any)."""
+        fs, root = _fs(self.url)
+        folder = posixpath.join(root, f"{batch_id:012d}")
+        if not fs.exists(folder):
+            return None
+        total: dict[int, int] = {}
+        for path in fs.ls(folder, detail=False):
+            if path.endswith(".json"):
+                for slot, items in json.loads(fs.cat_file(path)).items():
+                    total[int(slot)] = total.get(int(slot), 0) + int(items)
+        return total
+
+    def _batches(self, fs: Any, root: str) -> list[int]:
+        if not fs.exists(root):
+            return []
+        names = (posixpath.basename(p) for p in fs.ls(root, detail=False))
+        return sorted(int(n) for n in names if n.isdigit())
+
+
+def route_rows(layout: Layout, keys: pa.Array) -> pa.Array:
+    """The ``route`` column for a ``key`` column under ``layout``."""
+    return pa.array([layout.route(k) for k in keys.to_pylist()], pa.binary())
+
+
+class Router:
+    """``mapInArrow`` in front of an elastic keyed stage's shuffle: adds the ``route`` column."""
+
+    def __init__(self, checkpoint: str, partitions: int) -> None:
+        self.checkpoint = checkpoint
+        self.partitions = partitions
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Each batch with ``route`` appended."""
+        from flamestream.spark.front import batch_id_of_task
+
+        layout = read_layout(self.checkpoint, batch_id_of_task(), self.partitions)
+        for batch in batches:
+            route = route_rows(layout, batch.column("key"))
+            yield pa.RecordBatch.from_arrays(
+                [*batch.columns, route], names=[*batch.schema.names, "route"]
+            )
+
+
+# --- the control front ----------------------------------------------------------------------
+
+
+class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The control front: no rows; its offset is the layout of the batch (see module doc)."""
+
+    def __init__(
+        self, checkpoint: str, partitions: int, policy: ElasticPolicy | None = None
+    ) -> None:
+        self.checkpoint = checkpoint
+        self.key_partitions = partitions
+        self.policy = policy or ElasticPolicy()
+        self._judged = -1  # the newest batch whose loads were judged (driver side)
+
+    def initialOffset(self) -> dict[str, Any]:
+        """The default layout."""
+        return _offset(Layout.default(self.key_partitions), 0, "default")
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Nothing to fix: a layout decision is the only thing that moves this offset."""
+
+    def latestOffset(self, start: dict[str, Any], limit: Any = None) -> dict[str, Any]:
+        """The layout for the next batch: a new one only when the last batch's loads say so."""
+        from flamestream.spark.loop import last_committed_batch
+
+        current = Layout(int(start["partitions"]), tuple(start["assignment"]))
+        last = last_committed_batch(self.checkpoint)
+        if last <= self._judged:
+            return start
+        self._judged = last
+        store = SlotLoads(self.checkpoint.rstrip("/") + "/flamestream-graph")
+        loads = store.read(last)
+        store.forget_before(last)
+        if not loads:
+            return start
+        better, reason = plan_layout(current, loads, self.policy)
+        if better is None:
+            return start
+        return _offset(better, int(start["decisions"]) + 1, f"after batch {last}: {reason}")
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """Nothing to read."""
+        return []
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Never called (no partitions)."""
+        return iter(())
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: the layout lives in Spark's offset log."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_judged"] = -1
+        return state
+
+
+def _offset(layout: Layout, decisions: int, reason: str) -> dict[str, Any]:
+    return {
+        "flamestreamLayout": 1,
+        "partitions": layout.partitions,
+        "assignment": list(layout.assignment),
+        "decisions": decisions,
+        "reason": reason,
+    }
+
+
+__all__ = [
+    "SALT_PREFIX",
+    "ControlReader",
+    "ElasticPolicy",
+    "Layout",
+    "Router",
+    "SlotLoads",
+    "plan_layout",
+    "read_layout",
+    "routes",
+    "slot_of",
+]
