@@ -518,8 +518,8 @@ def main(argv: list[str] | None = None) -> int:
                 "targetLatencyMs": args.target_ms,
                 # at least what keeps up before the step in a tick of half the budget
                 "minRecordsPerTrigger": max(100, round(rate * per_tick / 4)),
-                "initialRecordsPerTrigger": max(100, round(rate * per_tick)),
-                # a bound against runaway batches: 16 x the steady batch after the step
+                # a bound against runaway batches: 16 x the steady batch after the step; the
+                # first limit is the controller's default (this bound)
                 "maxRecordsPerTrigger": max(1000, round(16 * max(steady, high * per_tick))),
             }
         if "fixed" in args.variants:
@@ -632,8 +632,8 @@ NOTES = [
     "limit (rows = F * R * (a + b * rows)), two significant digits: below 1 x it cannot keep "
     "up after the step; above it the limit only binds on a backlog.",
     "controller variant: controller=on, targetLatencyMs = --target-ms, minRecordsPerTrigger "
-    "= R * target/2 / 4, initialRecordsPerTrigger = R * target/2, maxRecordsPerTrigger = 16 "
-    "x the larger of the steady batch after the step and F * R * target/2.",
+    "= R * target/2 / 4, maxRecordsPerTrigger = 16 x the larger of the steady batch after "
+    "the step and F * R * target/2 (the first limit: the controller's default).",
     "everything from the checkpoint alone: offsets/<batch> (last line: the source's end "
     "offset) gives each batch's per-front end positions, its planning instant (base: the "
     "driver's wall clock in microseconds at planning) and the controller record; the sink's "

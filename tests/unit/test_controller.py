@@ -123,6 +123,28 @@ def test_quiet_ticks_do_not_make_a_guess() -> None:
     assert controller.next_limit() < 1000 and controller.decisions == 1
 
 
+def test_by_default_it_reads_like_no_limit_while_the_budget_holds() -> None:
+    """No first limit given: unbounded, and no decision at all through a tenfold step that
+    the pipeline absorbs within budget."""
+    per_tick = 1000.0
+    fits = (per_tick - 200.0) / 0.05
+    high = 0.5 * fits / (per_tick / 1000)
+    run = simulate(200.0, 0.05, [(0.0, high / 10), (20.0, high)], Budget(2000.0), seconds=50)
+    assert run.controller.decisions == 0 and run.controller.limit == 2**31 - 1
+    assert max(duration for _, _, duration, _, _ in run.ticks) <= per_tick
+
+
+def test_an_overrun_from_a_burst_is_cut_in_one_decision() -> None:
+    """Unbounded until a backlog burst makes a tick overrun; then one cut, to what fits."""
+    per_tick = 1000.0
+    fits = (per_tick - 200.0) / 0.05  # 16000 rows fit half the budget
+    rates = [(0.0, 2000.0), (10.0, 400_000.0), (10.2, 2000.0)]  # 78k rows in 0.2 s
+    run = simulate(200.0, 0.05, rates, Budget(2000.0), seconds=40)
+    assert run.controller.decisions == 1
+    assert abs(run.controller.limit - fits) < 0.05 * fits
+    assert run.backlog_end < fits
+
+
 def test_small_moves_are_not_decisions() -> None:
     controller = Controller(Budget(2400.0, 10, None, 900))
     controller.history.extend([Tick(100, 300.0), Tick(1000, 1200.0), Tick(500, 700.0)])

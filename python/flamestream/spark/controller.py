@@ -54,7 +54,9 @@ class Budget:
     * ``min_rows`` / ``max_rows`` (``minRecordsPerTrigger`` / ``maxRecordsPerTrigger``): read
       bounds per tick; ``max_rows`` None is unbounded.
     * ``initial_rows`` (``initialRecordsPerTrigger``): the first tick's limit, before any
-      measurement.
+      measurement; by default the upper bound, so that the controller reads like no limit
+      at all until a tick overruns the budget (a limit that binds while the budget holds
+      only delays records).
     * ``max_buffered_rows`` / ``max_state_bytes`` (``maxBufferedRows`` / ``maxStateBytes``):
       memory budgets for the barrier sink's buffer and the groupings' state; over one, the
       controller halves the limit (admission is what it can slow). Read from the sink's
@@ -64,7 +66,7 @@ class Budget:
     target_latency_ms: float = 5000.0
     min_rows: int = 100
     max_rows: int | None = None
-    initial_rows: int = 10_000
+    initial_rows: int | None = None
     max_buffered_rows: int | None = None
     max_state_bytes: int | None = None
 
@@ -73,7 +75,7 @@ class Budget:
         """The budget options; ``max_rows`` is the front's ``maxRecordsPerTrigger``."""
         target = options.number("targetLatencyMs", 5000.0, minimum=1.0)
         min_rows = options.integer("minRecordsPerTrigger", 100, minimum=1)
-        initial = options.integer("initialRecordsPerTrigger", 10_000, minimum=1)
+        initial = options.optional_integer("initialRecordsPerTrigger", minimum=1)
         if max_rows is not None and max_rows < min_rows:
             from flamestream.errors import ConfigError
 
@@ -219,7 +221,8 @@ class Controller:
 
     def __post_init__(self) -> None:
         if not self.limit:
-            self.limit = self.budget.clamp(self.budget.initial_rows)
+            first = self.budget.initial_rows
+            self.limit = self.budget.clamp(UNBOUNDED if first is None else first)
 
     def resume(self, recorded: Mapping[str, Any] | None) -> None:
         """Continue from what the last offset recorded (a restart keeps limit and count)."""
