@@ -1,10 +1,11 @@
 """Word count on Spark (files front -> graph -> files sink), run as a child by the crash tests.
 
-    python -m tests.spark.graph_crash_job <input dir> <output dir> <checkpoint dir>
+    python -m tests.spark.graph_crash_job <input dir> <output dir> <checkpoint dir> [elastic]
 
 Trigger.AvailableNow with maxRecordsPerTrigger and clock=logical: the same input always makes
 the same batches and global times, so an interrupted and restarted run must release exactly
-what an unbroken one does.
+what an unbroken one does. ``elastic``: key ranges move between the two keyed partitions on
+every imbalance (the state per slot must survive the crashes too).
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ from pyspark.sql.streaming import StreamingQuery
 
 from flamestream import Dataflow, map_reduce
 from flamestream.spark import apply_graph
+from flamestream.spark.layout import ElasticPolicy
 
 from ..crash import job_main
 
 RECORDS_PER_BATCH = 4
+#: Moves key ranges on any imbalance, even of a few items (the default waits for 200).
+EAGER = ElasticPolicy(skew=1.01, even=1.0, min_items=1, gain=0.99)
 
 
 def word_count() -> Dataflow:
@@ -31,7 +35,9 @@ def word_count() -> Dataflow:
     return flow
 
 
-def start(spark: SparkSession, source: str, out: str, checkpoint: str) -> StreamingQuery:
+def start(
+    spark: SparkSession, source: str, out: str, checkpoint: str, elastic: bool = False
+) -> StreamingQuery:
     """Start the query on ``spark``."""
     df = (
         spark.readStream.format("flamestream")
@@ -42,7 +48,13 @@ def start(spark: SparkSession, source: str, out: str, checkpoint: str) -> Stream
         .load()
     )
     return (
-        apply_graph(word_count(), df, checkpoint_location=checkpoint)
+        apply_graph(
+            word_count(),
+            df,
+            checkpoint_location=checkpoint,
+            partitions=2,
+            elastic=EAGER if elastic else False,
+        )
         .writeStream.format("flamestream")
         .option("sink", "files")
         .option("path", out)
@@ -54,4 +66,5 @@ def start(spark: SparkSession, source: str, out: str, checkpoint: str) -> Stream
 
 if __name__ == "__main__":
     source, out, checkpoint = sys.argv[1:4]
-    job_main(lambda spark: start(spark, source, out, checkpoint))
+    elastic = sys.argv[4:5] == ["elastic"]
+    job_main(lambda spark: start(spark, source, out, checkpoint, elastic))

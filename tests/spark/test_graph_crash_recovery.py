@@ -9,6 +9,7 @@ must agree after any of these crashes.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,38 @@ def test_killed_word_count_recovers_to_exactly_the_unbroken_output(
     check = released_so_far_is(unbroken, lambda: outputs(tmp_path))
     run_chain(JOB, job_args(tmp_path), crashes, check)
     assert outputs(tmp_path) == unbroken
+
+
+@pytest.fixture(scope="module")
+def unbroken_elastic(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, bytes]:
+    work = tmp_path_factory.mktemp("unbroken-elastic")
+    make_input(work / "in")
+    run_unbroken(lambda s: graph_crash_job.start(s, *job_args(work), elastic=True), spark)
+    decisions = 0
+    for path in (work / "ck" / "offsets").iterdir():
+        if path.name.isdigit():
+            for line in path.read_text().splitlines()[2:]:
+                if '"flamestreamLayout"' in line:
+                    decisions = max(decisions, json.loads(line)["decisions"])
+    assert decisions >= 1, "the layout never moved: the test would not test moving state"
+    return outputs(work)
+
+
+ELASTIC = ["graph.keyed.saved:1", "sink.commit.released:2"]
+
+
+def test_killed_elastic_word_count_recovers_to_exactly_the_unbroken_output(
+    unbroken: dict[str, bytes], unbroken_elastic: dict[str, bytes], tmp_path: Path
+):
+    """Key ranges moved between batches, the state per slot: the same bytes as unbroken, and
+    the same as the fixed layout's."""
+    assert reachable_in_turn(ELASTIC)
+    make_input(tmp_path / "in")
+    check = released_so_far_is(unbroken_elastic, lambda: outputs(tmp_path))
+    run_chain(JOB, [*job_args(tmp_path), "elastic"], ELASTIC, check)
+    assert outputs(tmp_path) == unbroken_elastic
+    assert [json.loads(x)["value"] for x in b"".join(unbroken_elastic.values()).splitlines()] == [
+        json.loads(x)["value"] for x in b"".join(unbroken.values()).splitlines()
+    ]
