@@ -11,9 +11,15 @@ records become available per second since the query first started, up to ``total
 seconds increasing from 0 since the clock started, a rate of 0 pausing. The records
 available after ``t`` seconds are the integral of that piecewise-constant rate up to ``t``.
 
+``skewSteps`` replaces ``keySkew`` with a skew that changes along the records: comma-separated
+``record:exponent`` steps, e.g. ``"0:0.0,3000:1.6"`` (uniform keys for records 0 .. 2999 of
+each partition, Zipf 1.6 from record 3000 on), records increasing from 0. The step is by
+record index, not by time, so a record's key stays a function of ``(seed, p, i)`` and a
+replay reads the same keys.
+
 Options: ``rowsPerSecond`` (1000) or ``rateSteps``, ``totalRows`` (unbounded), ``partitions``
-(2), ``keys`` (100), ``keySkew`` (0.0), ``payloadBytes`` (16), ``seed`` (0), plus the common
-front options.
+(2), ``keys`` (100), ``keySkew`` (0.0) or ``skewSteps``, ``payloadBytes`` (16), ``seed`` (0),
+plus the common front options.
 """
 
 from __future__ import annotations
@@ -40,6 +46,60 @@ RATE_STEPS_ALLOWED = (
     "comma-separated seconds:rowsPerSecond steps, seconds increasing from 0, rates >= 0 and "
     "not all 0 (e.g. '0:2000,20:20000')"
 )
+
+#: What ``skewSteps`` accepts, for its errors.
+SKEW_STEPS_ALLOWED = (
+    "comma-separated record:exponent steps, per-partition record indexes increasing from 0, "
+    "Zipf exponents >= 0 (e.g. '0:0.0,3000:1.6')"
+)
+
+
+def zipf_cdf(keys: int, exponent: float) -> list[float]:
+    """The cumulative shares of keys ``k0 .. k<keys-1>`` under Zipf ``exponent`` (0: uniform).
+
+    The last share is exactly 1.0 (``sum`` and ``accumulate`` add in the same order), so a
+    draw in [0, 1) always finds a key.
+
+    >>> zipf_cdf(2, 1.0)
+    [0.6666666666666666, 1.0]
+    """
+    weights = [1.0 / (rank**exponent) for rank in range(1, keys + 1)]
+    total = sum(weights)
+    return [w / total for w in accumulate(weights)]
+
+
+def parse_skew_steps(options: OptionReader, name: str, text: str) -> list[tuple[int, float]]:
+    """``text`` as ``record:exponent,...``; a ConfigError naming ``name`` if malformed.
+
+    >>> parse_skew_steps(OptionReader("front generator", {}), "skewSteps", "0:0,3000:1.6")
+    [(0, 0.0), (3000, 1.6)]
+    """
+    steps, problem = _skew_steps(text)
+    if problem:
+        raise ConfigError(
+            options.step, options.label(name), text, f"{SKEW_STEPS_ALLOWED}; {problem}"
+        )
+    return steps
+
+
+def _skew_steps(text: str) -> tuple[list[tuple[int, float]], str]:
+    """The steps of ``text`` and what is wrong with them ("" if nothing)."""
+    steps: list[tuple[int, float]] = []
+    for number, entry in enumerate(text.split(","), 1):
+        shown = repr(entry.strip())
+        try:
+            record_text, exponent_text = entry.split(":")  # not two: ValueError
+            record, exponent = int(record_text), float(exponent_text)
+        except ValueError:
+            return steps, f"step {number} {shown} is not record:exponent (an integer record)"
+        if record < 0 or not math.isfinite(exponent) or exponent < 0:
+            return steps, f"step {number} {shown} has a negative record or exponent (or inf)"
+        if not steps and record != 0:
+            return steps, f"the first step starts at record {record}, not at 0"
+        if steps and record <= steps[-1][0]:
+            return steps, f"step {number} starts at record {record}, not after {steps[-1][0]}"
+        steps.append((record, exponent))
+    return steps, ""
 
 
 @dataclass(frozen=True)
@@ -130,12 +190,14 @@ class GeneratorSource(FrontSource):
         self.total_rows = options.optional_integer("totalRows", minimum=0)
         self.partitions = options.integer("partitions", 2, minimum=1)
         self.keys = options.integer("keys", 100, minimum=1)
-        self.skew = options.number("keySkew", 0.0, minimum=0.0)
+        #: (first record, Zipf exponent) per step; one step (record 0) without ``skewSteps``
+        self.skew_steps = self._skew_steps(options)
+        self.skew = self.skew_steps[0][1]  #: the first step's exponent (keySkew's value)
         self.payload_bytes = options.integer("payloadBytes", 16, minimum=0)
         self.seed = options.integer("seed", 0)
-        weights = [1.0 / (rank**self.skew) for rank in range(1, self.keys + 1)]
-        total = sum(weights)
-        self._cdf = [w / total for w in accumulate(weights)]
+        # one CDF per step, computed once: read_range only bisects
+        self._starts = [record for record, _ in self.skew_steps]
+        self._cdfs = [zipf_cdf(self.keys, exponent) for _, exponent in self.skew_steps]
         self._started_ns: int | None = None  # driver side: when the rate's clock started
         self._resumed = False  # driver side: whether the clock was set back for a restart
 
@@ -160,6 +222,27 @@ class GeneratorSource(FrontSource):
             return RateSchedule.parse(options, "rateSteps", steps)
         rate = options.number("rowsPerSecond", 1000.0, minimum=0.0)
         return RateSchedule(((0.0, rate),)) if rate else None
+
+    @staticmethod
+    def _skew_steps(options: OptionReader) -> list[tuple[int, float]]:
+        """``skewSteps``, or ``keySkew`` as one step from record 0."""
+        steps, single = options.raw("skewSteps"), options.raw("keySkew")
+        if steps is not None and single is not None:
+            # as for rateSteps: an explicit .option() beats a conf default of the other
+            steps_set = options.label("skewSteps") == "skewSteps"
+            single_set = options.label("keySkew") == "keySkew"
+            if steps_set == single_set:
+                raise ConfigError(
+                    options.step,
+                    options.label("skewSteps"),
+                    steps,
+                    "either skewSteps or keySkew, not both (skewSteps replaces it)",
+                )
+            if single_set:
+                steps = None
+        if steps is not None:
+            return parse_skew_steps(options, "skewSteps", steps)
+        return [(0, options.number("keySkew", 0.0, minimum=0.0))]
 
     def payload_fields(self) -> list[pa.Field]:
         """A key and a value, both strings."""
@@ -196,13 +279,22 @@ class GeneratorSource(FrontSource):
     def read_range(self, part: FrontRange) -> Iterator[pa.RecordBatch]:
         """Records ``start .. end - 1`` of the partition."""
         partition = int(part.key.rsplit("-", 1)[1])
+        starts, cdfs = self._starts, self._cdfs
         for first in range(part.start, part.end, CHUNK):
             indexes = range(first, min(part.end, first + CHUNK))
             keys, values = [], []
+            # the step of the chunk's first record; later records move on at each next start
+            step = bisect.bisect_right(starts, first) - 1
+            following = starts[step + 1] if step + 1 < len(starts) else math.inf
+            cdf = cdfs[step]
             for i in indexes:
+                if i >= following:
+                    step = bisect.bisect_right(starts, i) - 1
+                    following = starts[step + 1] if step + 1 < len(starts) else math.inf
+                    cdf = cdfs[step]
                 digest = hashlib.blake2b(f"{self.seed}/{partition}/{i}".encode(), digest_size=8)
                 draw = int.from_bytes(digest.digest(), "little") / 2**64
-                keys.append(f"k{bisect.bisect_left(self._cdf, draw)}")
+                keys.append(f"k{bisect.bisect_left(cdf, draw)}")
                 repeated = digest.hexdigest() * (self.payload_bytes // 16 + 1)
                 values.append(repeated[: self.payload_bytes])
             yield pa.RecordBatch.from_pydict(
