@@ -286,16 +286,34 @@ class Controller:
     def next_limit(self) -> int:
         """Decide the coming tick's limit.
 
-        A change is a decision only if it matters and moves beyond the deadband: raising a
-        limit the ticks do not reach, or lowering it to above every recent tick, would change
-        nothing now (and a quiet input's small ticks say little about large ones).
+        A change is a decision only if it matters and moves beyond the deadband. Raising
+        matters when the ticks reach the limit; without a trusted cost model the limit is then
+        lifted altogether (the next, larger tick tells overhead from per-row cost). Lowering
+        matters when the budget is broken (a record that waited through the previous tick and
+        was processed in the last took longer than the budget, or a memory budget is
+        exceeded) and a recent tick was larger than the new limit: a limit that binds while
+        the budget holds only delays records.
         """
         self.tick += 1
         self._update_model()
         largest = max((t.rows for t in self.history), default=0)
         wanted, reason = decide(self.budget, self.model, self.limit, self.memory, largest)
         reached = bool(self.history) and self.history[-1].rows >= 0.9 * self.limit
-        matters = (wanted > self.limit and reached) or (wanted < self.limit and largest > wanted)
+        memory_over = bool(self.memory is not None and self.memory.over(self.budget))
+        if reached and not memory_over and (self.model is None or not self.model.exact):
+            last = self.history[-1].duration_ms
+            if last < self.budget.target_latency_ms / 2:
+                # the limit binds with room in the budget and no trusted model says how far
+                # it can go: lift it; the next tick's size then tells overhead from per-row
+                wanted, reason = (
+                    self.budget.clamp(UNBOUNDED),
+                    (f"limit reached in {last:.0f} ms, within budget: lifted"),
+                )
+        recent = [t.duration_ms for t in list(self.history)[-2:]]
+        broken = sum(recent) > self.budget.target_latency_ms or memory_over
+        matters = (wanted > self.limit and reached) or (
+            wanted < self.limit and largest > wanted and broken
+        )
         if matters and max(wanted, self.limit) > DEADBAND * min(wanted, self.limit):
             self.limit = wanted
             self.decisions += 1
