@@ -879,7 +879,9 @@ NOTES = [
     "after a first untimed batch) and each other state's b from its median at the larger "
     "size with the same a. "
     "probe.utilization_at_rate: R * b per state; fixed_over_budget_after_step_predicted: "
-    "whether R exceeds the skewed fixed pipeline's budget rate.",
+    "whether R exceeds the skewed fixed pipeline's budget rate. budget_feasible false: a >= "
+    "target/2, no batch fits half the budget; the budget rates are then 0.5 / b (half of "
+    "each asymptote) instead.",
     "hot_partition_share_predicted: the larger keyed partition's share of the items from the "
     "Zipf shares alone: fixed (Spark's hash partitioning of the encoded keys), "
     "elastic_default_layout (slot = crc32 mod 8, slot s in partition s mod 2) and "
