@@ -48,12 +48,13 @@ unit: setup  ## only the fast unit tests (no Spark)
 bench: setup  ## run the benchmark harness, print JSON ratios
 	$(PY) -m benchmarks.bench
 
-bench-spark: setup  ## Spark benchmarks: connectors vs built-ins, graphs vs plain PySpark, barrier, controller
+bench-spark: setup  ## Spark benchmarks: connectors vs built-ins, graphs vs plain PySpark, barrier, controller, skew
 	$(PY) -m benchmarks.spark_passthrough
 	$(PY) -m benchmarks.spark_kafka
 	$(PY) -m benchmarks.spark_graphs
 	$(PY) -m benchmarks.spark_barrier
 	$(PY) -m benchmarks.spark_controller
+	$(PY) -m benchmarks.spark_skew
 
 format: setup  ## apply ruff's fixes and formatting
 	$(PY) -m ruff check --fix python tests benchmarks
