@@ -36,7 +36,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-from flamestream.spark.partitioning import SALT_PREFIX, is_salt, partition_of
+from flamestream.spark.partitioning import SALT_PREFIX, is_salt, landing_keys
 
 #: Slots per key partition: how finely key ranges can be moved.
 SLOTS_PER_PARTITION = 4
@@ -61,13 +61,7 @@ def slot_of(key: bytes, slots: int) -> int:
 @cache
 def routes(partitions: int) -> tuple[bytes, ...]:
     """One route value per partition: ``repartition(n, "route")`` puts ``routes(n)[p]`` in p."""
-    found: dict[int, bytes] = {}
-    candidate = 0
-    while len(found) < partitions:
-        value = ROUTE_PREFIX + candidate.to_bytes(4, "big")
-        found.setdefault(partition_of(value, partitions), value)
-        candidate += 1
-    return tuple(found[p] for p in range(partitions))
+    return landing_keys(ROUTE_PREFIX, partitions)
 
 
 @dataclass(frozen=True)

@@ -67,16 +67,21 @@ def partition_of(key: bytes, partitions: int) -> int:
     return spark_hash(key) % partitions  # Python's % is already Spark's pmod for n > 0
 
 
-@cache
-def salts(partitions: int) -> tuple[bytes, ...]:
-    """One key per partition that lands there: ``salts(n)[p]`` goes to partition ``p``."""
+def landing_keys(prefix: bytes, partitions: int) -> tuple[bytes, ...]:
+    """One value per partition, starting with ``prefix``, that Spark's hash puts there."""
     found: dict[int, bytes] = {}
     candidate = 0
     while len(found) < partitions:
-        key = SALT_PREFIX + candidate.to_bytes(4, "big")
+        key = prefix + candidate.to_bytes(4, "big")
         found.setdefault(partition_of(key, partitions), key)
         candidate += 1
     return tuple(found[p] for p in range(partitions))
+
+
+@cache
+def salts(partitions: int) -> tuple[bytes, ...]:
+    """One key per partition that lands there: ``salts(n)[p]`` goes to partition ``p``."""
+    return landing_keys(SALT_PREFIX, partitions)
 
 
 def is_salt(key: bytes | None) -> bool:

@@ -179,6 +179,27 @@ class RateSchedule:
         return self.steps[-1][0]  # not reached: the last span ends at infinity
 
 
+def _steps_option(options: OptionReader, steps_name: str, single_name: str) -> str | None:
+    """The ``steps_name`` option's value, unless ``single_name`` (which it replaces) wins.
+
+    Both given the same way (both ``.option()`` or both confs) is an error; an explicit
+    ``.option()`` beats a ``spark.flamestream.*`` conf default of the other.
+    """
+    steps, single = options.raw(steps_name), options.raw(single_name)
+    if steps is None or single is None:
+        return steps
+    steps_set = options.label(steps_name) == steps_name
+    single_set = options.label(single_name) == single_name
+    if steps_set == single_set:
+        raise ConfigError(
+            options.step,
+            options.label(steps_name),
+            steps,
+            f"either {steps_name} or {single_name}, not both ({steps_name} replaces it)",
+        )
+    return None if single_set else steps
+
+
 class GeneratorSource(FrontSource):
     """Synthetic, replayable records."""
 
@@ -204,20 +225,7 @@ class GeneratorSource(FrontSource):
     @staticmethod
     def _schedule(options: OptionReader) -> RateSchedule | None:
         """``rateSteps``, or ``rowsPerSecond`` as a schedule of one step."""
-        steps, single = options.raw("rateSteps"), options.raw("rowsPerSecond")
-        if steps is not None and single is not None:
-            # an explicit .option() beats a spark.flamestream.* conf default; two of a kind clash
-            steps_set = options.label("rateSteps") == "rateSteps"
-            single_set = options.label("rowsPerSecond") == "rowsPerSecond"
-            if steps_set == single_set:
-                raise ConfigError(
-                    options.step,
-                    options.label("rateSteps"),
-                    steps,
-                    "either rateSteps or rowsPerSecond, not both (rateSteps replaces it)",
-                )
-            if single_set:
-                steps = None
+        steps = _steps_option(options, "rateSteps", "rowsPerSecond")
         if steps is not None:
             return RateSchedule.parse(options, "rateSteps", steps)
         rate = options.number("rowsPerSecond", 1000.0, minimum=0.0)
@@ -226,20 +234,7 @@ class GeneratorSource(FrontSource):
     @staticmethod
     def _skew_steps(options: OptionReader) -> list[tuple[int, float]]:
         """``skewSteps``, or ``keySkew`` as one step from record 0."""
-        steps, single = options.raw("skewSteps"), options.raw("keySkew")
-        if steps is not None and single is not None:
-            # as for rateSteps: an explicit .option() beats a conf default of the other
-            steps_set = options.label("skewSteps") == "skewSteps"
-            single_set = options.label("keySkew") == "keySkew"
-            if steps_set == single_set:
-                raise ConfigError(
-                    options.step,
-                    options.label("skewSteps"),
-                    steps,
-                    "either skewSteps or keySkew, not both (skewSteps replaces it)",
-                )
-            if single_set:
-                steps = None
+        steps = _steps_option(options, "skewSteps", "keySkew")
         if steps is not None:
             return parse_skew_steps(options, "skewSteps", steps)
         return [(0, options.number("keySkew", 0.0, minimum=0.0))]
