@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import fsspec
 
-from flamestream.errors import GraphError
+from flamestream.errors import ConfigError, GraphError
 from flamestream.graph.dataflow import Dataflow
 from flamestream.graph.logical import LogicalGraph
 from flamestream.graph.steps import Merge, Sink, Source
@@ -35,7 +35,7 @@ from flamestream.spark.items import BYTES_TAG, ITEM_DDL, MAY_INVALIDATE, TEXT_TA
 from flamestream.spark.keyed import KeyedRunner
 from flamestream.spark.layout import ElasticPolicy, Router
 from flamestream.spark.loop import LoopSpec, LoopWriter, graph_state_url
-from flamestream.spark.partitioning import SALT_PREFIX, salts
+from flamestream.spark.partitioning import KEY_PARTITION, SALT_PREFIX, salts
 from flamestream.spark.stages import (
     Stage,
     StageRunner,
@@ -206,7 +206,9 @@ class SparkGraph:
         elastic = policy is not None and bool(checkpoint_location) and df.isStreaming and self.keyed
         if checkpoint_location and df.isStreaming:
             state_url = graph_state_url(checkpoint_location)
-            _check_layout(state_url, partitions, loops=bool(fed), elastic=elastic)
+            check_layout(
+                state_url, partitions, loops=bool(fed), elastic=elastic, graph=self.graph.name
+            )
         control_rows = None
         if elastic:  # the control front: no rows, its offset is each batch's key layout
             assert checkpoint_location is not None and policy is not None  # noqa: S101
@@ -307,6 +309,10 @@ class SparkGraph:
                 loop=loop,
                 elastic=key_partitions if route == "route" else None,
             )
+            # the key partition rides with every row, computed as the shuffle computes it:
+            # the task keeps that partition's state whatever position Spark's plan gives it
+            part = F.pmod(F.hash(F.col(route)), F.lit(key_partitions))
+            stage_input = stage_input.withColumn(KEY_PARTITION, part)
             shuffled = stage_input.repartition(key_partitions, F.col(route))
             outputs[stage.index] = shuffled.mapInArrow(_named(keyed, stage.name), ITEM_DDL)
         released = [rows_for(sink) for sink in self.sinks]
@@ -462,39 +468,44 @@ def _invalidators_everywhere(rows: DataFrame, partitions: int, column: str = "ke
     )
 
 
-def _check_layout(
-    state_url: str, partitions: int, *, loops: bool = False, elastic: bool = False
+def check_layout(
+    state_url: str, partitions: int, *, loops: bool = False, elastic: bool = False, graph: str = ""
 ) -> None:
     """The partition count and the kind of layout must never change for a checkpoint.
 
-    The groupings' state is per key partition, or per slot when elastic.
+    The groupings' state is per key partition, or per slot when elastic: a checkpoint written
+    with one layout cannot be read with another. The first call records the layout
+    (``layout.json``); later ones compare, and a change is an option error naming the option,
+    the value given and the one recorded.
     """
     fs, root = fsspec.core.url_to_fs(state_url)
     layout = posixpath.join(root, "layout.json")
-    if fs.exists(layout):
-        written = json.loads(fs.cat_file(layout))
-        recorded = written["partitions"]
-        if bool(written.get("elastic", False)) != elastic:
-            option = "elastic"
-            raise GraphError(
-                option,
-                f"elastic={bool(written.get('elastic', False))}, as when this checkpoint's "
-                "state was written",
-                f"elastic={elastic}",
-                "the state of an elastic graph is kept per slot: keep elastic= fixed",
-            )
-        if recorded != partitions:
-            option = "partitions"
-            raise GraphError(
-                option,
-                f"{recorded} key partitions, as when this checkpoint's state was written",
-                str(partitions),
-                "keep partitions= (or spark.sql.shuffle.partitions) fixed for a checkpoint",
-            )
+    if not fs.exists(layout):
+        fs.makedirs(root, exist_ok=True)
+        with fs.open(layout, "w") as out:
+            out.write(json.dumps({"partitions": partitions, "loops": loops, "elastic": elastic}))
         return
-    fs.makedirs(root, exist_ok=True)
-    with fs.open(layout, "w") as out:
-        out.write(json.dumps({"partitions": partitions, "loops": loops, "elastic": elastic}))
+    written = json.loads(fs.cat_file(layout))
+    step = f"graph {graph}" if graph else "graph"
+    was_elastic = bool(written.get("elastic", False))
+    if was_elastic != elastic:
+        raise ConfigError(
+            step,
+            "elastic",
+            elastic,
+            f"{was_elastic}, as when this checkpoint's state was written (an elastic graph "
+            "keeps its state per slot): keep elastic= fixed for a checkpoint",
+        )
+    recorded = int(written["partitions"])
+    if recorded != partitions:
+        raise ConfigError(
+            step,
+            "partitions",
+            partitions,
+            f"{recorded} key partitions, as when this checkpoint's state was written: keep "
+            "partitions= (or spark.sql.shuffle.partitions) fixed for a checkpoint, or start "
+            "from a new checkpointLocation",
+        )
 
 
 def apply_graph(

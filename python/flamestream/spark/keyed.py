@@ -27,6 +27,7 @@ from typing import Any
 
 import fsspec
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from flamestream.errors import InvariantError, StepError
 from flamestream.graph.logical import LogicalGraph
@@ -47,7 +48,7 @@ from flamestream.spark.items import (
 )
 from flamestream.spark.layout import Layout, SlotLoads, read_layout, slot_of
 from flamestream.spark.loop import LoopRouter, LoopSpec, LoopStore, graph_state_url
-from flamestream.spark.partitioning import is_salt
+from flamestream.spark.partitioning import KEY_PARTITION, is_salt
 from flamestream.spark.stages import Exits, Stage, render_default
 
 #: The item row columns a keyed stage reads (``key`` only routed the shuffle, ``value`` is
@@ -93,6 +94,30 @@ class StateStore:
         fs.mv(target + ".tmp", target)
         for old in self._versions(fs, folder)[:-KEEP_SNAPSHOTS]:
             fs.rm(posixpath.join(folder, f"{old:012d}.state"))
+
+
+def key_partition(batches: list[pa.RecordBatch], grouping: str) -> int:
+    """The key partition a keyed task's rows were shuffled to, read from the rows themselves.
+
+    ``apply`` puts it in the ``part`` column with the very expression Spark's shuffle uses
+    (``pmod(hash(<shuffle column>), n)``). The task's ``partitionId()`` is not it: under a
+    union (a second sink, a merge fed by another branch, the loop or control fronts) Spark
+    numbers the task after the other branches' partitions, and those vary from batch to batch.
+    Rows without the column (a runner driven outside ``apply``, as unit tests do) are
+    partition 0.
+    """
+    if KEY_PARTITION not in batches[0].schema.names:
+        return 0
+    bounds = [pc.min_max(batch.column(KEY_PARTITION)) for batch in batches]
+    lowest = min(b["min"].as_py() for b in bounds)
+    highest = max(b["max"].as_py() for b in bounds)
+    if lowest != highest or lowest is None:
+        msg = (
+            f"grouping {grouping!r}: one keyed task got rows of key partitions "
+            f"{lowest}..{highest}; the shuffle must send each key partition to one task"
+        )
+        raise InvariantError(msg)
+    return int(lowest)
 
 
 def state_bytes(checkpoint: str) -> int:
@@ -168,10 +193,13 @@ class KeyedRunner:
                 gc.enable()
 
     def _partition(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        partition = context.partitionId() if context is not None else 0
+        tables = [b for b in batches if b.num_rows]
+        if not tables:
+            # No rows, so no key partition to speak for; and without rows nothing changes the
+            # state but garbage collection, which the partition's next non-empty batch does.
+            # Its newest snapshot stays the state at the end of the previous batch.
+            return
+        partition = key_partition(tables, self.grouping.step_id)
         batch_id = batch_id_of_task()
         durable = self.store is not None and batch_id >= 0
         self._router, self._task = None, (partition, batch_id)
@@ -193,13 +221,10 @@ class KeyedRunner:
             # from inside the batch: with loops, what it sends on is not known yet (so the
             # answer does not depend on this task, and may be read before it runs)
             min_time = read_min_time(self.checkpoint, batch_id, in_task=True)
-        tables = [b for b in batches if b.num_rows]
-        output = None
-        if tables:
-            table = pa.Table.from_batches(tables).sort_by(
-                [("ts", "ascending"), ("front", "ascending"), ("trace", "ascending")]
-            )
-            output = self._run(table, state, min_time)
+        table = pa.Table.from_batches(tables).sort_by(
+            [("ts", "ascending"), ("front", "ascending"), ("trace", "ascending")]
+        )
+        output = self._run(table, state, min_time)
         if durable:
             assert self.store is not None  # noqa: S101
             if self._router is not None and self._router.sent and self.loop is not None:
@@ -213,7 +238,7 @@ class KeyedRunner:
             else:
                 self.store.save(partition, batch_id, state.snapshot())
             crash_point("graph.keyed.saved", batch_id)
-        if output is not None and output.num_rows:
+        if output.num_rows:
             yield output
 
     def _restore_slots(self, layout: Layout, partition: int, batch_id: int) -> GroupingState:

@@ -9,8 +9,9 @@ shuffled by its key like any entering item, with its original meta. Invalidators
 
 Layout under ``<checkpoint>/flamestream-graph/`` (any fsspec URL)::
 
-    loop/<batch>/<stage>-<partition>.arrow    items a task sent into the loop in <batch>
-    ack/<batch>/send-<stage>-<partition>.json  that task's XOR contributions
+    loop/<batch>/<stage>-<partition>.arrow    items a keyed task sent into the loop in <batch>
+    loop/<batch>/cut<n>-<digest>.arrow         items a cut edge's task sent (named by content)
+    ack/<batch>/send-<name>.json               that task's XOR contributions
     ack/<batch>/recv-<file>.json               a loop read task's XOR contributions
     ack/table/<batch>.json                     the ack table after <batch>
 
@@ -423,8 +424,13 @@ class LoopWriter:
     """Sends the rows of a cut edge into the loop front (``mapInArrow``'s function).
 
     Used where a cycle through several groupings comes back to its entry: the rows are
-    written under the task's name for the batch (a retry overwrites), with their ack
-    contributions, and nothing is returned.
+    written with their ack contributions, and nothing is returned. The file is named by a
+    digest of its rows (sorted), not by the task's ``partitionId()``, which is a position in
+    Spark's plan: a retried task writes the same rows under the same name (overwriting, so
+    the ack table XORs them once), and no plan change between a batch and its replay can
+    give the same rows a second name. Two tasks can only write identical rows if those are
+    tombstone copies of one item; one file of them is as good as two (the copies change
+    nothing released, and their sends and receipts balance either way).
     """
 
     def __init__(self, state_url: str, name: str) -> None:
@@ -433,16 +439,21 @@ class LoopWriter:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Write the task's rows; yield none."""
-        from pyspark import TaskContext
-
         from flamestream.spark.front import batch_id_of_task
 
         rows = [batch for batch in batches if batch.num_rows]
-        context = TaskContext.get()
         batch_id = batch_id_of_task()
         if rows and batch_id >= 0:
-            partition = context.partitionId() if context is not None else 0
-            table = pa.Table.from_batches(rows).cast(ITEM_SCHEMA)
-            LoopStore(self.state_url).send(batch_id, f"{self.name}-{partition:05d}", table)
+            table = pa.Table.from_batches(rows).select(ITEM_SCHEMA.names).cast(ITEM_SCHEMA)
+            table = table.sort_by([(name, "ascending") for name in ITEM_SCHEMA.names])
+            LoopStore(self.state_url).send(batch_id, f"{self.name}-{rows_digest(table)}", table)
             crash_point("graph.loop.sent", batch_id)
         yield from ()
+
+
+def rows_digest(table: pa.Table) -> str:
+    """A name for ``table``'s rows: 16 hex digits of a digest of their Arrow IPC bytes."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return hashlib.blake2b(sink.getvalue().to_pybytes(), digest_size=8).hexdigest()
