@@ -539,14 +539,14 @@ def main(argv: list[str] | None = None) -> int:
             if offset["base"] == last_horizon and b:
                 clamped += 1
             last_horizon = offset["horizon"]
-            for key, _front, position in offset["fronts"]:
+            for key, _front, position, *_ in offset["fronts"]:
                 start = previous.get(key, 0)
                 if position > start:
                     ends.setdefault(key, []).append(position)
                     ranges.setdefault(key, []).append((b, start, offset["base"]))
                 previous[key] = position
             per_partition = total // GENERATOR_PARTITIONS
-            reached = [p for _, _, p in offset["fronts"]]
+            reached = [p for _, _, p, *_ in offset["fronts"]]
             if reached and max(reached) < per_partition and rate:
                 # the generator made int(rate * elapsed / partitions) rows per partition by
                 # the time it was planned (``base``): bounds on when its clock started

@@ -125,7 +125,7 @@ def read_checkpoint(ck: Path) -> tuple[list[Batch], float | None]:
     previous: dict[str, int] = {}
     for b in sorted(offsets):
         offset = offsets[b]
-        ends = {key: int(position) for key, _front, position in offset["fronts"]}
+        ends = {key: int(position) for key, _front, position, *_ in offset["fronts"]}
         starts = {key: previous.get(key, 0) for key in ends}
         previous = ends
         batch = Batch(b, offset["base"] / 1e6, starts, ends, offset.get("controller"))

@@ -70,7 +70,7 @@ def test_output_is_the_same_with_the_controller_on_or_off(spark: SparkSession, t
     assert len({r["id"] for r in records}) == 1
     start = 0
     for offset, record in zip(on_offsets, records, strict=True):
-        ((_, _, position),) = offset["fronts"]
+        ((_, _, position, _),) = offset["fronts"]  # [key, front id, position, next ts]
         assert 0 < position - start <= record["limit"], (start, offset)  # the limit held
         assert 20 <= record["limit"] <= 250
         start = position

@@ -117,7 +117,9 @@ def test_task_release_releases_the_same_rows_each_part_sorted(
     unbroken: dict[str, bytes], unbroken_task_release: dict[str, bytes]
 ):
     assert rows_in_time_order(unbroken_task_release) == rows_in_time_order(unbroken)
-    assert all(name.count("-") == 2 for name in unbroken_task_release)  # part-<batch>-<task>
+    # tasks release part-<batch>-<task>; with clock=logical each front reports its own next
+    # ts, so rows above a shorter front's report wait for a later commit (part-<batch>)
+    assert any(name.count("-") == 2 for name in unbroken_task_release)  # part-<batch>-<task>
     for data in unbroken_task_release.values():
         rows = [json.loads(line) for line in data.splitlines()]
         assert rows == sorted(rows, key=lambda r: (r["ts"], r["front"]))

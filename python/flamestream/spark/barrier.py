@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from flamestream.errors import FlameStreamError
 from flamestream.model import END_OF_TIME, GlobalTime, Meta, invalidates
-from flamestream.spark.front import OFFSET_VERSION
+from flamestream.spark.front import OFFSET_VERSIONS, FrontOffset
 from flamestream.spark.items import MAY_INVALIDATE, TOMBSTONE, decode_trace
 
 #: Batches of staging and pending files kept behind the newest commit (for inspection).
@@ -76,7 +76,7 @@ def front_offsets(checkpoint: str, batch_id: int) -> list[dict[str, Any]]:
             offset = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if isinstance(offset, dict) and offset.get("flamestream") == OFFSET_VERSION:
+        if isinstance(offset, dict) and offset.get("flamestream") in OFFSET_VERSIONS:
             offsets.append(offset)
     return offsets
 
@@ -84,7 +84,9 @@ def front_offsets(checkpoint: str, batch_id: int) -> list[dict[str, Any]]:
 def read_min_time(checkpoint: str, batch_id: int, *, in_task: bool = False) -> GlobalTime:
     """The min-time after ``batch_id``: the fronts' least report and the ack table's least.
 
-    The fronts are the query's flamestream fronts; the ack table (graphs with loop fronts
+    The fronts are every front of the query's flamestream sources: each reports ``(its next
+    ts, its id)``, and each source also ``(its horizon, its next unused id)`` for the fronts
+    it has not seen yet (:meth:`FrontOffset.reports`). The ack table (graphs with loop fronts
     only) holds the global times still in flight in a loop.
 
     ``in_task=True`` asks from inside the batch's tasks, before the batch's own sends into a
@@ -97,8 +99,9 @@ def read_min_time(checkpoint: str, batch_id: int, *, in_task: bool = False) -> G
     if in_task and loops:
         return read_min_time(checkpoint, batch_id - 1) if batch_id > 0 else GlobalTime(0, 0)
     reports = [
-        GlobalTime(int(offset["horizon"]), int(offset["idBase"]))
+        report
         for offset in front_offsets(checkpoint, batch_id)
+        for report in FrontOffset.from_json(offset).reports()
     ]
     if not reports:
         msg = (

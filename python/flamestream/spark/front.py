@@ -5,23 +5,34 @@ which sources exist and how far they reach (``discover``), where a range of ``k`
 ends (``advance``), and the records of a range (``read_range``). Everything that makes
 replay exact lives here, in the end offset Spark writes to ``checkpoint/offsets/N``:
 
-* ``fronts``: per source its front id and position. Ids are given once, in sorted order of
-  the sources first seen, and never change.
-* ``base`` and ``horizon``: the batch's records are stamped ``ts = base + (position -
-  start position)``, so a replayed batch gets exactly the same global times without counting
-  anything at planning. ``base = max(planning clock in µs, previous horizon)``; ``horizon =
-  base + the longest range``, so every ts of the batch is below the horizon and every later
-  ts is at or above it. Each front therefore reports the horizon, and the sink can compute
-  the min-time of a batch from its offsets alone.
+* ``fronts``: per source ``[key, front id, position, next ts]``. Ids are given once, in
+  sorted order of the sources first seen, and never change. ``next ts`` is the front's
+  report: every record it stamps later (in this run or after a restart) gets a ts at or
+  above it.
+* ``base``: the planning clock in µs with ``clock=wall`` (0 otherwise). A front's records in
+  the batch are stamped from ``b = max(base, the front's next ts in the start offset)``:
+  ``ts = b + (position - start position)`` (``wall``, ``logical``) or, with ``clock=record``,
+  ``ts = max(record time, previous ts + 1)`` starting from ``b``. Replays therefore stamp
+  exactly the same global times from the (start, end) offsets alone.
+* ``horizon``: the largest next ts of the source's fronts so far; a front first seen later
+  starts there, and an idle or finished front is raised to it.
+* ``firstSeen``: the start position of every front first seen in this batch.
+
+The sink's min-time is the least ``(next ts, front id)`` over every front of every source
+(plus ``(horizon, next unused id)`` for fronts not seen yet), so with ``clock=logical`` or
+``record`` a front's global times depend on its own records alone, never on batch boundaries.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
@@ -32,15 +43,22 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from flamestream.errors import ConfigError
+from flamestream.errors import ConfigError, FlameStreamError, RecordError
 from flamestream.jvm import Shim, ShimError
-from flamestream.model import MAX_FRONT
+from flamestream.model import MAX_FRONT, GlobalTime
 from flamestream.spark.config import OptionReader
 from flamestream.spark.controller import HISTORY, Budget, Controller
 from flamestream.spark.faults import crash_point
 
-#: Version of the offset format; bumped on any incompatible change.
-OFFSET_VERSION = 1
+#: Version of the offset format; bumped on any incompatible change. Version 1 (one shared
+#: ``base``/``horizon`` per source, fronts ``[key, id, position]``) is still read: a
+#: checkpoint written by it resumes, and its last batch replays exactly as it was stamped.
+OFFSET_VERSION = 2
+#: Every offset version this module reads.
+OFFSET_VERSIONS = (1, 2)
+
+#: The stamping modes (option ``clock``).
+CLOCKS = ("wall", "logical", "record")
 
 #: Columns every front emits first, before its own payload columns.
 META_FIELDS = [
@@ -52,6 +70,10 @@ META_FIELDS = [
 META_DDL = "ts long, front int, source string, position long"
 
 
+class OffsetError(FlameStreamError):
+    """The checkpoint's offsets do not fit this source (another query's, or input gone)."""
+
+
 @dataclass(frozen=True)
 class FrontState:
     """One source as the offset records it."""
@@ -59,6 +81,8 @@ class FrontState:
     key: str
     front: int
     position: int
+    #: the front's report: every record it stamps later gets a ts at or above it
+    next: int = 0
 
 
 @dataclass(frozen=True)
@@ -67,12 +91,20 @@ class FrontOffset:
 
     kind: str
     id_base: int
+    #: the planning clock in µs (``clock=wall``; 0 otherwise): fronts stamp from at least it
     base: int
+    #: the largest next ts of the fronts so far: where a front first seen later starts
     horizon: int
     fronts: tuple[FrontState, ...]
     extra: tuple[tuple[str, Any], ...] = ()
     #: How many batches this source has planned before this one (-1: none yet).
     seq: int = -1
+    #: start positions of the fronts first seen in this batch
+    first_seen: tuple[tuple[str, int], ...] = ()
+    #: the stamping mode the batch was planned with (``clock``)
+    clock: str = "wall"
+    #: the offset format this was read from (1: one base for every front of the batch)
+    version: int = OFFSET_VERSION
 
     def to_json(self) -> dict[str, Any]:
         """A dict with a stable key order (Spark compares and logs it verbatim)."""
@@ -81,48 +113,146 @@ class FrontOffset:
             "front": self.kind,
             "seq": self.seq,
             "idBase": self.id_base,
+            "clock": self.clock,
             "base": self.base,
             "horizon": self.horizon,
-            "fronts": [[f.key, f.front, f.position] for f in self.fronts],
+            "fronts": [[f.key, f.front, f.position, f.next] for f in self.fronts],
+            "firstSeen": [[k, p] for k, p in self.first_seen],
             **dict(self.extra),
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> FrontOffset:
-        """Parse what :meth:`to_json` produced (possibly read back from the offset log)."""
-        if data.get("flamestream") != OFFSET_VERSION:
-            msg = f"not a flamestream v{OFFSET_VERSION} offset: {dict(data)!r}"
+        """Parse what :meth:`to_json` produced (possibly read back from the offset log).
+
+        A version 1 offset reads as fronts that all report its horizon.
+        """
+        version = data.get("flamestream") if isinstance(data, Mapping) else None
+        if version not in OFFSET_VERSIONS:
+            msg = f"not a flamestream offset (versions {OFFSET_VERSIONS}): {data!r}"
             raise ValueError(msg)
-        known = {"flamestream", "front", "seq", "idBase", "base", "horizon", "fronts"}
+        known = {
+            "flamestream",
+            "front",
+            "seq",
+            "idBase",
+            "clock",
+            "base",
+            "horizon",
+            "fronts",
+            "firstSeen",
+        }
+        horizon = int(data["horizon"])
+        if version == 1:
+            fronts = tuple(
+                FrontState(str(k), int(f), int(p), horizon) for k, f, p in data["fronts"]
+            )
+        else:
+            fronts = tuple(
+                FrontState(str(k), int(f), int(p), int(n)) for k, f, p, n in data["fronts"]
+            )
         return cls(
             kind=str(data["front"]),
             id_base=int(data["idBase"]),
             base=int(data["base"]),
-            horizon=int(data["horizon"]),
-            fronts=tuple(FrontState(str(k), int(f), int(p)) for k, f, p in data["fronts"]),
+            horizon=horizon,
+            fronts=fronts,
             extra=tuple((k, v) for k, v in data.items() if k not in known),
             seq=int(data["seq"]),
+            first_seen=tuple((str(k), int(p)) for k, p in data.get("firstSeen", ())),
+            clock=str(data.get("clock", "wall")),
+            version=int(version),
         )
 
     def positions(self) -> dict[str, int]:
         """Position per source key."""
         return {f.key: f.position for f in self.fronts}
 
+    def reports(self) -> list[GlobalTime]:
+        """The least global time each front may still assign, and any front not seen yet."""
+        next_id = max((f.front + 1 for f in self.fronts), default=self.id_base)
+        unseen = GlobalTime(self.horizon, next_id)
+        return [GlobalTime(f.next, f.front) for f in self.fronts] + [unseen]
+
     @property
-    def report(self) -> tuple[int, int]:
+    def report(self) -> GlobalTime:
         """The least global time any front of this source may still assign."""
-        return (self.horizon, self.id_base)
+        return min(self.reports())
 
 
 @dataclass(frozen=True)
 class FrontRange:
-    """What one read task reads: a source's records in [start, end), stamped from ``base``."""
+    """What one read task reads: a source's records in [start, end), stamped from ``base``.
+
+    ``base`` is the first ts the range may assign: ``ts = base + (position - start)``, or with
+    record times, ``ts = max(record time, previous ts + 1)`` with the first record's previous
+    ts being ``base - 1``.
+    """
 
     key: str
     front: int
     start: int
     end: int
     base: int
+    record_time: bool = False
+
+
+def clamp_times(times: Any, floor: int) -> tuple[pa.Array, int]:
+    """Record times clamped monotonic: ``ts_i = max(times_i, ts_{i-1} + 1)``, from ``floor``.
+
+    The first record's previous ts counts as ``floor - 1``.
+    Returns the global times and the next floor (last ts + 1, or ``floor`` if there are none).
+    ``ts_i - i`` is the running maximum of ``times_j - j`` and ``floor``, so it is vectorized.
+
+    >>> ts, after = clamp_times([5, 3, 9, 9], 0)
+    >>> ts.to_pylist(), after
+    ([5, 6, 9, 10], 11)
+    >>> clamp_times([1, 2], 7)[0].to_pylist()
+    [7, 8]
+    """
+    values = np.asarray(times, dtype=np.int64)
+    if not len(values):
+        return pa.array([], pa.int64()), floor
+    index = np.arange(len(values), dtype=np.int64)
+    shifted = np.maximum.accumulate(np.maximum(values - index, floor))
+    ts = shifted + index
+    return pa.array(ts, pa.int64()), int(ts[-1]) + 1
+
+
+def json_field_times(step: str, key: str, field: str, batch: pa.RecordBatch) -> pa.Array:
+    """The numeric ``field`` of each row's ``value`` (a JSON object), as int64 record times.
+
+    Floats are rounded down. A row that is no JSON object, lacks the field or has no number
+    in it raises :class:`RecordError` naming ``step`` and ``(key, position)``.
+
+    >>> batch = pa.record_batch({"position": [0, 9], "value": ['{"t": 5}', '{"t": 7.9}']})
+    >>> json_field_times("front files", "f", "t", batch).to_pylist()
+    [5, 7]
+    """
+    out = []
+    positions = batch.column("position").to_pylist()
+    for position, value in zip(positions, batch.column("value").to_pylist(), strict=True):
+        try:
+            found = _time_value(json.loads(value)[field]) if value is not None else None
+        except (ValueError, TypeError, KeyError, IndexError):
+            found = None
+        if found is None:
+            reason = (
+                f"clock=record takes the record's time from timestampField {field!r}, a number "
+                f"(|t| < 2**62) in a JSON object; found the line {str(value)[:200]!r}"
+            )
+            raise RecordError(step, (key, position), reason, problem="record has no time")
+        out.append(found)
+    return pa.array(out, pa.int64())
+
+
+def _time_value(found: object) -> int | None:
+    """``found`` as a record time (floats rounded down), or None if it is no usable number."""
+    if isinstance(found, bool) or not isinstance(found, int | float):
+        return None
+    if not math.isfinite(found) or abs(found) >= 2**62:
+        return None
+    return math.floor(found)
 
 
 class FrontSource:
@@ -137,6 +267,9 @@ class FrontSource:
 
     #: Another name for ``maxRecordsPerTrigger``, as Spark's own connector of the kind calls it.
     limit_alias: ClassVar[str | None] = None
+
+    #: Where ``clock=record`` takes a record's time from (None: the front has no record time).
+    record_time_from: str | None = None
 
     def payload_fields(self) -> list[pa.Field]:
         """The payload columns that follow the meta columns."""
@@ -162,6 +295,10 @@ class FrontSource:
         """Where a newly discovered source starts (earliest by default)."""
         return 0
 
+    def finished(self, key: str, position: int) -> bool:
+        """Whether ``key`` can have no record at or after ``position``, ever (bounded input)."""
+        return False
+
     def source_name(self, key: str) -> str:
         """The ``source`` column's value for ``key``: with the position, the determinant."""
         return key
@@ -169,9 +306,15 @@ class FrontSource:
     def read_range(self, part: FrontRange) -> Iterator[pa.RecordBatch]:
         """The records of ``part``: batches with an int64 ``position`` and the payload columns.
 
-        Runs on executors. Must be deterministic: the same range gives the same records.
+        Runs on executors (and on the driver with ``clock=record``, to record the clamp
+        state). Must be deterministic: the same range gives the same records.
         """
         raise NotImplementedError
+
+    def record_times(self, key: str, batch: pa.RecordBatch) -> pa.Array:
+        """The int64 record time of each row of ``batch`` (a batch ``read_range`` gave)."""
+        msg = f"front {self.kind}: records have no time of their own"
+        raise NotImplementedError(msg)
 
     def close(self) -> None:
         """Release driver-side clients."""
@@ -186,10 +329,12 @@ class ReaderConfig:
     clock: str = "wall"
     #: the controller's budget when ``controller=on`` (then ``max_records`` is its upper bound)
     controller: Budget | None = None
+    #: a front with no new record for this long reports past its last item (None: never)
+    idle_timeout_ms: int | None = None
 
     @classmethod
     def parse(cls, options: OptionReader, limit_alias: str | None = None) -> ReaderConfig:
-        """Read ``frontIdBase``, ``maxRecordsPerTrigger`` (or ``limit_alias``) and ``clock``.
+        """Read ``frontIdBase``, ``maxRecordsPerTrigger`` (or ``limit_alias``), ``clock``, ...
 
         ``limit_alias`` is the name Spark's own connector gives the read limit (Kafka's
         ``maxOffsetsPerTrigger``); either name may be used, not both.
@@ -208,14 +353,16 @@ class ReaderConfig:
                     f"either {limit_alias} or maxRecordsPerTrigger, not both (they are one limit)",
                 )
             max_records = alias if alias is not None else max_records
-        clock = options.choice("clock", ["wall", "logical"], "wall")
+        clock = options.choice("clock", list(CLOCKS), "wall")
         on = options.choice("controller", ["off", "on"], "off") == "on"
         budget = Budget.parse(options, max_records if on else None)  # validated either way
+        idle = options.optional_integer("idleTimeoutMs", minimum=1)
         return cls(
             id_base=id_base,
             max_records=max_records,
             clock=clock,
             controller=budget if on else None,
+            idle_timeout_ms=idle,
         )
 
 
@@ -228,15 +375,28 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_records = config.max_records
         self.clock = config.clock
         self.budget = config.controller
+        self.idle_timeout_ms = config.idle_timeout_ms
+        if self.clock == "record" and source.record_time_from is None:
+            step = f"front {source.kind}"
+            raise ConfigError(
+                step,
+                "clock",
+                "record",
+                f"wall or logical: records of front {source.kind} have no time of their own",
+            )
         self._target: dict[str, int] | None = None  # AvailableNow's end, driver side only
         self._controller: Controller | None = None  # driver side only
         self._shim: Shim | bool | None = False  # driver side: False = not looked for yet
+        #: driver side: per source, what discover last said and when (monotonic) it moved
+        self._activity: dict[str, tuple[int, float]] = {}
+        #: driver side, clock=wall: fronts already raised in their current idle period
+        self._idle_raised: set[str] = set()
 
     # --- planning (driver-side Python process) -----------------------------------------
 
     def initialOffset(self) -> dict[str, Any]:
-        """No source read yet; the clock starts at 0."""
-        return FrontOffset(self.source.kind, self.id_base, 0, 0, ()).to_json()
+        """No source read yet; every clock starts at 0."""
+        return FrontOffset(self.source.kind, self.id_base, 0, 0, (), clock=self.clock).to_json()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """``maxRecordsPerTrigger`` if set, else everything available."""
@@ -254,16 +414,21 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """The end of the next batch: per-source positions within ``limit``, plus stamping.
 
-        With the controller on, its limit for the tick replaces ``limit``.
+        With the controller on, its limit for the tick replaces ``limit``. A batch is planned
+        when a front has records, a front is new, or a front's report is raised (finished or
+        idle); otherwise ``start`` comes back and Spark plans no batch.
         """
-        begin = FrontOffset.from_json(start)
+        begin = self._begin(start)
         positions = begin.positions()
-        available = self.source.discover(positions)
-        if self._target is not None:
-            available = {k: min(v, self._target.get(k, 0)) for k, v in available.items()}
+        discovered = self.source.discover(positions)
+        self._check_known(begin, discovered)
+        self._watch(discovered)
+        available = self._within_target(discovered, positions)
         fronts = self._assign_ids(begin, available)
         starts = {
-            f.key: positions.get(f.key, self.source.start_position(f.key, available[f.key]))
+            f.key: positions[f.key]
+            if f.key in positions
+            else self.source.start_position(f.key, available[f.key])
             for f in fronts
         }
         ends = {f.key: max(starts[f.key], available.get(f.key, 0)) for f in fronts}
@@ -274,29 +439,138 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         taken = None
         if budget is not None:
             ends, taken = self._within_budget(fronts, starts, ends, budget)
-        longest = max((ends[k] - starts[k] for k in ends), default=0)
         self._push_metrics(fronts, available, ends, taken)
-        if longest == 0 and len(fronts) == len(begin.fronts):
-            return start  # nothing new: no batch
+        # wall: fronts stamp from the planning clock in µs; logical and record: from their
+        # own previous next ts only, so global times depend on the input alone
+        now = time.time_ns() // 1000
+        base = max(now, begin.horizon) if self.clock == "wall" else 0
+        nexts = {f.key: self._stamp(f, starts[f.key], ends[f.key], base) for f in fronts}
+        top = max([begin.horizon, *nexts.values()])
+        if self.clock == "wall":
+            # every front reports the batch's horizon (it stamps from at least the clock
+            # later); an idle front raises it to the clock once per idle period
+            idle = [
+                f.key
+                for f in fronts
+                if f.key not in self._idle_raised and self._idle(f.key, ends, available)
+            ]
+            if idle:
+                top = max(top, now)
+                self._idle_raised.update(idle)
+            nexts = dict.fromkeys(nexts, top)
+        else:
+            # a finished or idle front reports the source's horizon: it holds nothing of
+            # the other fronts back, and the raise is a function of the input and the batch
+            # boundaries (not of the clock), so two queries reading the same input in the
+            # same batches stamp alike even after a raise
+            for f in fronts:
+                if self._finished(f.key, ends[f.key]) or self._idle(f.key, ends, available):
+                    nexts[f.key] = max(nexts[f.key], top)
+        moved = any(ends[f.key] != starts[f.key] or nexts[f.key] != f.next for f in fronts)
+        if not moved and len(fronts) == len(begin.fronts):
+            return start  # nothing new and no report raised: no batch
         extra = begin.extra
         if controller is not None:
             controller.planned(begin.seq + 1, taken or 0)
             record = ("controller", controller.record())
             extra = (*(e for e in begin.extra if e[0] != "controller"), record)
-        # wall: ts follow the planning clock in µs; logical: ts depend on the input alone
-        now = time.time_ns() // 1000 if self.clock == "wall" else 0
-        base = max(now, begin.horizon)
         end = FrontOffset(
             self.source.kind,
             self.id_base,
             base,
-            base + longest,
-            tuple(FrontState(f.key, f.front, ends[f.key]) for f in fronts),
+            top,
+            tuple(replace(f, position=ends[f.key], next=nexts[f.key]) for f in fronts),
             extra,
             begin.seq + 1,
+            tuple((f.key, starts[f.key]) for f in fronts if f.key not in positions),
+            self.clock,
         )
         crash_point("front.plan", end.seq)
         return end.to_json()
+
+    def _begin(self, start: dict[str, Any]) -> FrontOffset:
+        """The start offset, or an error saying why it cannot be this source's."""
+        step = f"front {self.source.kind}"
+        try:
+            begin = FrontOffset.from_json(start)
+        except (ValueError, KeyError, TypeError) as exc:
+            msg = (
+                f"{step}: the checkpoint holds an offset for this source that no flamestream "
+                f"front of this version wrote ({exc}); is checkpointLocation the checkpoint "
+                "of another query? Give this query its own checkpointLocation"
+            )
+            raise OffsetError(msg) from None
+        if begin.kind != self.source.kind or begin.id_base != self.id_base:
+            msg = (
+                f"{step} (frontIdBase {self.id_base}): the checkpoint's offset for this source "
+                f"was written by front {begin.kind} with frontIdBase {begin.id_base}; is "
+                "checkpointLocation another query's, or were the query's sources reordered? "
+                "Restore the query as it was, or give it a new checkpointLocation"
+            )
+            raise OffsetError(msg)
+        return begin
+
+    def _check_known(self, begin: FrontOffset, discovered: Mapping[str, int]) -> None:
+        """Every source the offsets know must still exist: its position is the determinant."""
+        for f in begin.fronts:
+            if f.key not in discovered:
+                msg = (
+                    f"front {self.source.kind}: source {f.key!r} (front {f.front}, read up to "
+                    f"position {f.position}) is in the checkpoint but no longer available: "
+                    "deleted, renamed, or no longer matched by the options (path, pattern, "
+                    "subscribe)? Put it back to resume, or start over with a new "
+                    "checkpointLocation (everything is then read again)"
+                )
+                raise OffsetError(msg)
+
+    def _within_target(
+        self, discovered: Mapping[str, int], positions: Mapping[str, int]
+    ) -> dict[str, int]:
+        """What this batch may read: under AvailableNow, nothing past the run's target."""
+        target = self._target
+        if target is None:
+            return dict(discovered)
+        return {
+            k: min(v, target[k]) if k in target else positions[k]
+            for k, v in discovered.items()
+            if k in target or k in positions
+        }
+
+    def _stamp(self, front: FrontState, start: int, end: int, base: int) -> int:
+        """The front's next ts after stamping [start, end) from ``max(base, its next)``."""
+        if end <= start:
+            return front.next
+        first = max(base, front.next)
+        if self.clock != "record":
+            return first + (end - start)
+        floor = first  # record time: read the range here to record the clamp state it ends in
+        part = FrontRange(front.key, front.front, start, end, first, record_time=True)
+        for batch in self.source.read_range(part):
+            if batch.num_rows:
+                _, floor = clamp_times(self.source.record_times(front.key, batch), floor)
+        return floor
+
+    def _watch(self, discovered: Mapping[str, int]) -> None:
+        """Remember when each source last grew (for ``idleTimeoutMs``)."""
+        now = time.monotonic()
+        for key, reach in discovered.items():
+            seen = self._activity.get(key)
+            if seen is None or seen[0] != reach:
+                self._activity[key] = (reach, now)
+                self._idle_raised.discard(key)
+
+    def _idle(self, key: str, ends: Mapping[str, int], available: Mapping[str, int]) -> bool:
+        """All read, and nothing new for ``idleTimeoutMs``."""
+        if self.idle_timeout_ms is None or ends[key] < available.get(key, 0):
+            return False
+        seen = self._activity.get(key)
+        return seen is not None and (time.monotonic() - seen[1]) * 1000 >= self.idle_timeout_ms
+
+    def _finished(self, key: str, end: int) -> bool:
+        """Nothing left: the AvailableNow target reached, or the end of a bounded source."""
+        if self._target is not None and end >= self._target.get(key, end):
+            return True
+        return self.source.finished(key, end)
 
     def _control(self, begin: FrontOffset) -> Controller | None:
         """The controller, told that the previous tick ended and what progress says."""
@@ -346,6 +620,7 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         shim.push_metrics(scope, values)
 
     def _assign_ids(self, begin: FrontOffset, available: Mapping[str, int]) -> list[FrontState]:
+        """The offset's fronts, then new ones: next ids, clocks starting at the horizon."""
         fronts = list(begin.fronts)
         next_id = max((f.front + 1 for f in fronts), default=self.id_base)
         known = {f.key for f in fronts}
@@ -353,7 +628,7 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if next_id > MAX_FRONT:
                 msg = f"front {self.source.kind}: more than {MAX_FRONT} fronts"
                 raise ConfigError(self.source.kind, "frontIdBase", self.id_base, msg)
-            fronts.append(FrontState(key, next_id, 0))
+            fronts.append(FrontState(key, next_id, 0, begin.horizon))
             next_id += 1
         return fronts
 
@@ -388,16 +663,39 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return limited, total - budget
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        """One task per source that moved, carrying everything needed to stamp it."""
+        """One task per source that moved, carrying everything needed to stamp it.
+
+        Everything comes from the two offsets: a replayed batch stamps exactly as planned.
+        """
         begin, finish = FrontOffset.from_json(start), FrontOffset.from_json(end)
-        before = begin.positions()
+        if finish.clock == "record" and self.source.record_time_from is None:
+            msg = (
+                f"front {self.source.kind}: batch {finish.seq} of this source was planned with "
+                "clock=record and must be replayed so; restart the query with the options it "
+                "ran with (clock=record and the record-time option, e.g. timestampField)"
+            )
+            raise OffsetError(msg)
+        before = {f.key: f for f in begin.fronts}
+        first_seen = dict(finish.first_seen)
         parts = []
         for f in finish.fronts:
-            first = before.get(f.key, self.source.start_position(f.key, f.position))
-            if f.position > first:
-                parts.append(
-                    InputPartition(FrontRange(f.key, f.front, first, f.position, finish.base))
-                )
+            known = before.get(f.key)
+            if known is not None:
+                first = known.position
+            elif f.key in first_seen:
+                first = first_seen[f.key]
+            else:  # a version 1 offset did not record where new fronts started
+                first = self.source.start_position(f.key, f.position)
+            if f.position <= first:
+                continue
+            if finish.version == 1:
+                base = finish.base
+            else:
+                base = max(finish.base, known.next if known is not None else begin.horizon)
+            record = finish.clock == "record"
+            parts.append(
+                InputPartition(FrontRange(f.key, f.front, first, f.position, base, record))
+            )
         return parts
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -416,12 +714,16 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         batch_id = batch_id_of_task()
         front = pa.scalar(part.front, pa.int32())
         source = pa.scalar(self.source.source_name(part.key), pa.string())
+        floor = part.base
         for batch in self.source.read_range(part):
             crash_point("front.read", batch_id)
             if batch.num_rows == 0:
                 continue
             position = batch.column("position")
-            ts = pc.add(pc.subtract(position, part.start), part.base)
+            if part.record_time:
+                ts, floor = clamp_times(self.source.record_times(part.key, batch), floor)
+            else:
+                ts = pc.add(pc.subtract(position, part.start), part.base)
             columns = [
                 ts,
                 pa.repeat(front, batch.num_rows),
@@ -437,6 +739,8 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state["_target"] = None
         state["_controller"] = None
         state["_shim"] = False
+        state["_activity"] = {}
+        state["_idle_raised"] = set()
         return state
 
 
@@ -444,8 +748,8 @@ class FrontBatchReader(DataSourceReader):
     """``spark.read.format("flamestream")``: what is available now, as one bounded batch.
 
     Planned and stamped exactly like the first batch of a stream without a read limit, so a
-    graph applied to it sees the items (and, with ``clock=logical``, the global times) that a
-    stream reading the same input in one batch would.
+    graph applied to it sees the items (and, with ``clock=logical`` or ``record``, the global
+    times) that a stream reading the same input would.
     """
 
     def __init__(self, source: FrontSource, config: ReaderConfig) -> None:

@@ -7,8 +7,10 @@ line waits for its newline. A record's determinant is ``(file, byte offset of th
 URL) and ``position`` the byte offset.
 
 Options: ``path`` (required), ``pattern`` (``*``), ``encoding`` (``utf-8``), ``onBadRecord``
-(``fail`` or ``deadLetter``), ``deadLetterPath`` (required with ``deadLetter``), plus the
-common front options.
+(``fail`` or ``deadLetter``), ``deadLetterPath`` (required with ``deadLetter``),
+``maxRecordBytes`` (none: lines of any length are read; else longer lines are bad records),
+``timestampField`` (required with ``clock=record``: lines are JSON objects and this numeric
+field is the record's time), plus the common front options.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import pyarrow.compute as pc
 
 from flamestream.errors import ConfigError, RecordError
 from flamestream.spark.config import OptionReader
-from flamestream.spark.front import FrontRange, FrontSource
+from flamestream.spark.front import FrontRange, FrontSource, json_field_times
 
 #: Bytes read per request when scanning files.
 BLOCK = 1 << 20
@@ -37,19 +39,34 @@ class FilesSource(FrontSource):
     step = "front files"
 
     def __init__(self, options: OptionReader) -> None:
-        self.path = options.string("path", required=True).rstrip("/")
-        self.pattern = options.string("pattern", "*")
-        self.encoding = options.string("encoding", "utf-8")
+        self.path = options.string("path", required=True, what="directory URL").rstrip("/")
+        self.pattern = options.string("pattern", "*", what="glob")
+        self.encoding = options.string("encoding", "utf-8", what="Python codec name")
         try:
             codecs.lookup(self.encoding)
         except LookupError:
             raise ConfigError(options.step, "encoding", self.encoding, "a Python codec") from None
         self.on_bad_record = options.choice("onBadRecord", ["fail", "deadLetter"], "fail")
-        self.dead_letter = options.optional_string("deadLetterPath")
+        self.dead_letter = options.optional_string("deadLetterPath", what="directory URL")
         if self.on_bad_record == "deadLetter" and not self.dead_letter:
             raise ConfigError(
                 options.step, "deadLetterPath", None, "a directory URL when onBadRecord=deadLetter"
             )
+        #: longer lines are bad records (fail or dead letter); None: lines of any length
+        self.max_record_bytes = options.optional_integer("maxRecordBytes", minimum=1)
+        #: clock=record: the numeric field of each line (a JSON object) that is its time
+        self.timestamp_field = options.optional_string("timestampField", what="JSON field name")
+        record = options.choice("clock", ["wall", "logical", "record"], "wall") == "record"
+        if record and self.timestamp_field is None:
+            raise ConfigError(
+                options.step, "timestampField", None, "a JSON field name with clock=record"
+            )
+        if self.timestamp_field is not None and not record:
+            raise ConfigError(
+                options.step, "timestampField", self.timestamp_field, "only with clock=record"
+            )
+        if self.timestamp_field is not None:
+            self.record_time_from = f"the lines' JSON field {self.timestamp_field!r}"
         fs, root = self._fs()
         if not fs.isdir(root):
             raise ConfigError(options.step, "path", self.path, "an existing directory URL")
@@ -63,6 +80,11 @@ class FilesSource(FrontSource):
     def payload_fields(self) -> list[pa.Field]:
         """The line, without its newline."""
         return [pa.field("value", pa.string())]
+
+    def record_times(self, key: str, batch: pa.RecordBatch) -> pa.Array:
+        """``clock=record``: each line's ``timestampField`` (lines are JSON objects)."""
+        assert self.timestamp_field is not None  # clock=record requires it  # noqa: S101
+        return json_field_times(self.step, key, self.timestamp_field, batch)
 
     def source_name(self, key: str) -> str:
         """The file's path under the front's directory."""
@@ -105,24 +127,40 @@ class FilesSource(FrontSource):
                     break
                 offset = cut + 1
                 taken += 1
-            if taken < records and offset == 0:
-                break  # a line longer than a block: read the next block from the same start
+            if taken < records and offset == 0:  # a line longer than a block: find its end
+                after = _line_end(fs, path, position + len(chunk), end)
+                if after is None:
+                    break
+                position, taken = after, taken + 1
+                continue
             position += offset
         return position, taken
 
     def read_range(self, part: FrontRange) -> Iterator[pa.RecordBatch]:
-        """The lines in [start, end), decoded; undecodable ones fail or go to dead letters."""
+        """The lines in [start, end), decoded; bad ones fail or go to dead letters.
+
+        A line is bad if it is undecodable or longer than ``maxRecordBytes``.
+        """
         fs, _ = fsspec.core.url_to_fs(part.key)
         path = fs._strip_protocol(part.key)
         utf8 = codecs.lookup(self.encoding).name == "utf-8"
+        limit = self.max_record_bytes
         position = part.start
         while position < part.end:
             chunk = fs.cat_file(path, start=position, end=min(part.end, position + BLOCK))
             last = chunk.rfind(b"\n")
-            if last < 0:
-                msg = f"no newline in [{position}, {part.end}) although planning found one"
-                raise RecordError(self.step, (part.key, position), msg)
-            batch = _utf8_lines(chunk[:last], position) if utf8 else None
+            if last < 0:  # the line at position is longer than a block: read it whole
+                after = _line_end(fs, path, position + len(chunk), part.end)
+                if after is None:
+                    msg = f"no newline in [{position}, {part.end}) although planning found one"
+                    raise RecordError(self.step, (part.key, position), msg)
+                if limit is not None and after - 1 - position > limit:
+                    self._refuse_long(part, fs, path, position, after)  # raises, or dead letter
+                    position = after
+                    continue
+                chunk = fs.cat_file(path, start=position, end=after)
+                last = len(chunk) - 1
+            batch = _utf8_lines(chunk[:last], position, limit) if utf8 else None
             if batch is not None:
                 yield batch
                 position += last + 1
@@ -130,6 +168,12 @@ class FilesSource(FrontSource):
             positions, values, bad = [], [], []
             offset = 0
             for line in chunk[: last + 1].split(b"\n")[:-1]:
+                if limit is not None and len(line) > limit:
+                    if self.on_bad_record == "fail":
+                        raise self._too_long(part, position + offset, len(line))
+                    bad.append((position + offset, line))
+                    offset += len(line) + 1
+                    continue
                 try:
                     values.append(line.decode(self.encoding).rstrip("\r"))
                     positions.append(position + offset)
@@ -147,6 +191,34 @@ class FilesSource(FrontSource):
             )
             position += last + 1
 
+    def _too_long(self, part: FrontRange, position: int, length: int) -> RecordError:
+        """The error for a line longer than ``maxRecordBytes``, naming its file and offset."""
+        return RecordError(
+            self.step,
+            (part.key, position),
+            f"the line is {length} bytes long, more than maxRecordBytes = {self.max_record_bytes}",
+            problem="refused the record",
+            hint="raise maxRecordBytes, or fix or remove the record",
+        )
+
+    def _refuse_long(self, part: FrontRange, fs: Any, path: str, start: int, after: int) -> None:
+        """A line over ``maxRecordBytes`` and over a block: fail, or dead-letter it in pieces.
+
+        Its dead letter has the usual format (``file<TAB>offset<TAB>hex bytes``), in a file of
+        its own named by its offset, written a block at a time: the line is never held whole.
+        """
+        if self.on_bad_record == "fail":
+            raise self._too_long(part, start, after - 1 - start)
+        assert self.dead_letter is not None  # checked at query start  # noqa: S101
+        out_fs, root = fsspec.core.url_to_fs(self.dead_letter)
+        out_fs.makedirs(root, exist_ok=True)
+        target = posixpath.join(root, f"front-{part.front}-{start:016d}.txt")
+        with out_fs.open(target, "w") as out:
+            out.write(f"{part.key}\t{start}\t")
+            for begin in range(start, after - 1, BLOCK):
+                out.write(fs.cat_file(path, start=begin, end=min(after - 1, begin + BLOCK)).hex())
+            out.write("\n")
+
     def _dead_letter(self, part: FrontRange, bad: list[tuple[int, bytes]]) -> None:
         """Write undecodable lines where the user asked, named by their position.
 
@@ -161,12 +233,13 @@ class FilesSource(FrontSource):
             out.write("\n".join(lines) + "\n")
 
 
-def _utf8_lines(text: bytes, position: int) -> pa.RecordBatch | None:
+def _utf8_lines(text: bytes, position: int, limit: int | None = None) -> pa.RecordBatch | None:
     """The lines of ``text`` (which starts at ``position``, last newline cut off) at once.
 
     Split with Arrow kernels instead of line by line, same result: each line without its
     newline and trailing carriage returns, at the byte offset where it starts. None when ``text``
-    is not valid UTF-8: then the line-by-line path finds the bad lines and deals with them.
+    is not valid UTF-8, or has a line of more than ``limit`` bytes: then the line-by-line path
+    finds the bad lines and deals with them.
     """
     try:
         text.decode("utf-8")  # Python's own check, so exactly the lines it would reject
@@ -174,8 +247,25 @@ def _utf8_lines(text: bytes, position: int) -> pa.RecordBatch | None:
         return None
     whole = pa.array([text], pa.binary()).view(pa.string())
     lines = pc.list_flatten(pc.split_pattern(whole, "\n"))
-    steps = pc.add(pc.cast(pc.binary_length(lines), pa.int64()), 1)
+    lengths = pc.cast(pc.binary_length(lines), pa.int64())
+    if limit is not None and pc.max(lengths).as_py() > limit:
+        return None
+    steps = pc.add(lengths, 1)
     positions = pc.subtract(pc.cumulative_sum(steps, start=position), steps)
     if b"\r" in text:
         lines = pc.utf8_rtrim(lines, characters="\r")
     return pa.RecordBatch.from_arrays([positions, lines], names=["position", "value"])
+
+
+def _line_end(fs: Any, path: str, start: int, end: int) -> int | None:
+    """Just past the first newline of ``path`` in [start, end), or None if there is none."""
+    position = start
+    while position < end:
+        chunk = fs.cat_file(path, start=position, end=min(end, position + BLOCK))
+        if not chunk:
+            return None  # the file is shorter than planned
+        cut: int = chunk.find(b"\n")
+        if cut >= 0:
+            return position + cut + 1
+        position += len(chunk)
+    return None

@@ -219,6 +219,13 @@ class GeneratorSource(FrontSource):
         # one CDF per step, computed once: read_range only bisects
         self._starts = [record for record, _ in self.skew_steps]
         self._cdfs = [zipf_cdf(self.keys, exponent) for _, exponent in self.skew_steps]
+        if options.choice("clock", ["wall", "logical", "record"], "wall") == "record":
+            raise ConfigError(
+                options.step,
+                options.label("clock"),
+                "record",
+                "wall or logical: generated records have no time of their own",
+            )
         self._started_ns: int | None = None  # driver side: when the rate's clock started
         self._resumed = False  # driver side: whether the clock was set back for a restart
 
@@ -265,11 +272,22 @@ class GeneratorSource(FrontSource):
         out = {}
         for p in range(self.partitions):
             reached = max(per_partition, known.get(self._key(p), 0))
-            if self.total_rows is not None:
-                share = self.total_rows // self.partitions + (p < self.total_rows % self.partitions)
+            share = self._share(p)
+            if share is not None:
                 reached = min(reached, share) if schedule is not None else share
             out[self._key(p)] = reached
         return out
+
+    def _share(self, partition: int) -> int | None:
+        """How many records the partition has in all (None: unbounded)."""
+        if self.total_rows is None:
+            return None
+        return self.total_rows // self.partitions + (partition < self.total_rows % self.partitions)
+
+    def finished(self, key: str, position: int) -> bool:
+        """With ``totalRows``: the partition's share is read, no record can follow."""
+        share = self._share(int(key.rsplit("-", 1)[1]))
+        return share is not None and position >= share
 
     def read_range(self, part: FrontRange) -> Iterator[pa.RecordBatch]:
         """Records ``start .. end - 1`` of the partition."""

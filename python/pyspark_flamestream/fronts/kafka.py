@@ -11,6 +11,8 @@ Options (named like Spark's own Kafka source where they mean the same):
 ``kafka.bootstrap.servers`` (required), ``subscribe`` (comma-separated topics, required),
 ``startingOffsets`` (``earliest`` or ``latest``), ``isolationLevel`` (``read_committed`` or
 ``read_uncommitted``), ``pollTimeoutMs`` (10000), plus the common front options.
+With ``clock=record`` a record's global time is its Kafka timestamp, clamped monotonic per
+partition.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ class KafkaSource(FrontSource):
     kind = "kafka"
     step = "front kafka"
     limit_alias = "maxOffsetsPerTrigger"
+    record_time_from = "the record's Kafka timestamp (ms)"
 
     def __init__(self, options: OptionReader) -> None:
         self.servers = options.string("kafka.bootstrap.servers", required=True)
@@ -241,6 +244,10 @@ class KafkaSource(FrontSource):
             for tp, offset in begins.items():
                 self._starts.setdefault(self._key(tp), int(offset))
         return self._starts.get(key, 0)
+
+    def record_times(self, key: str, batch: pa.RecordBatch) -> pa.Array:
+        """``clock=record``: each record's Kafka timestamp (CreateTime or LogAppendTime, ms)."""
+        return batch.column("timestamp")
 
     def close(self) -> None:
         """Close the planning consumer."""
