@@ -13,6 +13,7 @@ from flamestream.errors import (
     RecordError,
     ScheduleError,
     StepError,
+    UnhashableKeyError,
 )
 from flamestream.graph import Dataflow, LogicalGraph, Mapped, Reduced, Stream, map_reduce
 from flamestream.model import END_OF_TIME, DataItem, GlobalTime, LocalTime, Meta, invalidates
@@ -40,6 +41,7 @@ __all__ = [
     "ScheduleError",
     "StepError",
     "Stream",
+    "UnhashableKeyError",
     "__version__",
     "invalidates",
     "map_reduce",

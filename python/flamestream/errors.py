@@ -5,6 +5,7 @@ House style: name the step (or front), say what was expected and what was found,
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any
 
 
@@ -35,6 +36,12 @@ class StepError(FlameStreamError):
     can be found and replayed.
     """
 
+    #: What the message says to do, after ``Hint:``.
+    hint = (
+        "the failing input is replayable from the determinant; fix the function or filter the "
+        "record upstream"
+    )
+
     def __init__(
         self,
         step_id: str,
@@ -51,14 +58,54 @@ class StepError(FlameStreamError):
         name = getattr(function, "__qualname__", None) or repr(function)
         origin = f", determinant {determinant}" if determinant is not None else ""
         super().__init__(
-            f"step {step_id!r}: function {name} raised {type(cause).__name__}: {cause} "
-            f"(item at global time {global_time}{origin}). Hint: the failing input is replayable "
-            "from the determinant; fix the function or filter the record upstream"
+            f"step {step_id!r}: function {name} {self._problem()} "
+            f"(item at global time {global_time}{origin}). Hint: {self.hint}"
         )
+
+    def _problem(self) -> str:
+        """What went wrong with the function, after its name."""
+        return f"raised {type(self.cause).__name__}: {self.cause}"
 
     def with_determinant(self, determinant: Any) -> StepError:
         """Return the same error with the item's replay determinant filled in."""
         return StepError(self.step_id, self.function, self.global_time, determinant, self.cause)
+
+
+class UnhashableKeyError(StepError):
+    """A grouping's key function returned a value that cannot key a bucket (a list, a dict …).
+
+    Names the grouping's step id, the key function, the key, the item's global time and (where
+    the runtime knows it) its replay determinant.
+    """
+
+    hint = (
+        "a grouping key must be hashable: return a tuple instead of a list (tuple(...)), a "
+        "frozenset instead of a set, or a str or number"
+    )
+
+    def __init__(
+        self,
+        step_id: str,
+        function: Any,
+        global_time: Any,
+        determinant: Any,
+        key: Any,
+        cause: BaseException,
+    ) -> None:
+        self.key = key
+        super().__init__(step_id, function, global_time, determinant, cause)
+
+    def _problem(self) -> str:
+        return (
+            f"returned the unhashable grouping key {reprlib.repr(self.key)} "
+            f"({type(self.cause).__name__}: {self.cause})"
+        )
+
+    def with_determinant(self, determinant: Any) -> UnhashableKeyError:
+        """Return the same error with the item's replay determinant filled in."""
+        return UnhashableKeyError(
+            self.step_id, self.function, self.global_time, determinant, self.key, self.cause
+        )
 
 
 class ScheduleError(FlameStreamError):
@@ -82,13 +129,21 @@ class ConfigError(FlameStreamError):
 
 
 class RecordError(FlameStreamError):
-    """A record could not be decoded; names the step and the record's replay determinant."""
+    """A record could not be decoded or was refused; names the step and its replay determinant."""
 
-    def __init__(self, step: str, determinant: Any, reason: str) -> None:
+    def __init__(
+        self,
+        step: str,
+        determinant: Any,
+        reason: str,
+        *,
+        problem: str = "cannot decode the record",
+        hint: str = "fix or remove the record",
+    ) -> None:
         self.step = step
         self.determinant = determinant
         self.reason = reason
         super().__init__(
-            f"step {step!r}: cannot decode the record at {determinant}: {reason}. Hint: fix or "
-            "remove the record, or set option deadLetterPath to route undecodable records there"
+            f"step {step!r}: {problem} at {determinant}: {reason}. Hint: {hint}, or set options "
+            "onBadRecord=deadLetter and deadLetterPath to route bad records there"
         )

@@ -37,6 +37,13 @@ def load(spark: SparkSession, **options: str):
         ),
         ({"front": "generator", "keySkew": "-1"}, r"option 'keySkew' = '-1'.*a number >= 0"),
         ({"front": "generator", "clock": "sundial"}, r"'clock' = 'sundial'.*wall, logical"),
+        # set but empty: refused, never taken for missing (or for the default)
+        ({"front": "files", "path": ""}, r"front files: option 'path' = ''.*a non-empty dir"),
+        ({"front": "kafka", "subscribe": "t"}, r"'kafka.bootstrap.servers' = \(missing\)"),
+        (
+            {"front": "kafka", "kafka.bootstrap.servers": "", "subscribe": "t"},
+            r"front kafka: option 'kafka.bootstrap.servers' = ''.*a non-empty string",
+        ),
         (
             {"front": "generator", "rowsPerSecnd": "5"},
             # Spark lower-cases option names before flamestream sees them
@@ -48,6 +55,22 @@ def load(spark: SparkSession, **options: str):
 def test_bad_front_options_fail_at_load(spark: SparkSession, options, pattern):
     with pytest.raises(Exception, match=pattern):
         load(spark, **options)
+
+
+@pytest.mark.parametrize(
+    ("option", "allowed"),
+    [
+        ("pattern", "a non-empty glob"),
+        ("encoding", "a non-empty Python codec name"),
+        ("deadLetterPath", "a non-empty directory URL"),
+    ],
+)
+def test_empty_files_front_options_are_refused(
+    spark: SparkSession, tmp_path: Path, option, allowed
+):
+    write_lines(tmp_path / "in" / "a.txt", ["x"])
+    with pytest.raises(Exception, match=rf"front files: option '{option}' = ''.*{allowed}"):
+        load(spark, front="files", path=str(tmp_path / "in"), **{option: ""})
 
 
 def test_bad_dead_letter_configuration(spark: SparkSession, tmp_path: Path):
@@ -67,6 +90,15 @@ def test_bad_dead_letter_configuration(spark: SparkSession, tmp_path: Path):
         ({"sink": "files", "path": "x", "format": "csv"}, r"'format' = 'csv'.*json, parquet"),
         ({"sink": "files", "path": "x", "compresion": "gzip"}, r"(?i)'compresion'.*no such option"),
         ({"sink": "files", "path": "x", "release": "now"}, r"'release' = 'now'.*commit, tasks"),
+        ({"sink": "files", "path": ""}, r"sink files: option 'path' = ''.*a non-empty dir"),
+        (
+            {"sink": "files", "path": "x", "stateLocation": ""},
+            r"sink files: option 'stateLocation' = ''.*a non-empty string",
+        ),
+        (
+            {"sink": "kafka", "kafka.bootstrap.servers": "127.0.0.1:1", "topic": ""},
+            r"sink kafka: option 'topic' = ''.*a non-empty string",
+        ),
         (
             {
                 "sink": "kafka",

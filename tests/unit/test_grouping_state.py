@@ -135,3 +135,26 @@ def test_key_function_errors_name_the_step():
         state.receive(item(42, 7))
     assert caught.value.global_time == GlobalTime(7, 0)
     assert isinstance(caught.value.cause, TypeError)
+
+
+def test_noted_determinants_survive_snapshot_split_and_merge_and_go_with_gc():
+    state = GroupingState("g", 2, key=lambda n: n % 2)
+    for n in range(1, 5):
+        state.receive(item(n, n))
+    state.note_where([(GlobalTime(n, 0), ("in.txt", 10 * n)) for n in range(1, 5)])
+    state.note_where([(GlobalTime(99, 0), ("in.txt", 990))])  # not held: not kept
+    assert state.where(GlobalTime(3, 0)) == ("in.txt", 30)
+    assert state.where(GlobalTime(99, 0)) is None
+    restored = GroupingState("g", 2, key=lambda n: n % 2)
+    restored.restore(state.snapshot())
+    assert restored.where(GlobalTime(2, 0)) == ("in.txt", 20)
+    parts = restored.split(lambda key: key, into=[0, 1])
+    assert parts[1].where(GlobalTime(1, 0)) == ("in.txt", 10)
+    assert parts[1].where(GlobalTime(2, 0)) is None  # an even item's time lives in part 0
+    merged = GroupingState.merge("g", 2, lambda n: n % 2, list(parts.values()))
+    assert [merged.where(GlobalTime(n, 0)) for n in range(1, 5)] == [
+        ("in.txt", 10 * n) for n in range(1, 5)
+    ]
+    merged.collect_garbage(GlobalTime(3, 0))
+    assert merged.where(GlobalTime(2, 0)) is None
+    assert merged.where(GlobalTime(3, 0)) == ("in.txt", 30)

@@ -26,8 +26,21 @@ from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from flamestream.errors import InvariantError, StepError
+from flamestream.errors import InvariantError, StepError, UnhashableKeyError
 from flamestream.model import DataItem, GlobalTime, LocalTime, Meta, invalidates
+
+
+def is_hashable(key: Any) -> bool:
+    """Whether ``key`` can key a bucket (``hash`` works on it).
+
+    >>> is_hashable(("a", 1)), is_hashable(["a", 1])
+    (True, False)
+    """
+    try:
+        hash(key)
+    except TypeError:
+        return False
+    return True
 
 
 def _meta_of(item: DataItem) -> Meta:
@@ -79,6 +92,10 @@ class GroupingState:
         self._by_time: dict[GlobalTime, list[tuple[Hashable | None, DataItem]]] = {}
         self._times: list[GlobalTime] = []  # heap over _by_time's keys, for GC
         self._oversized: set[Hashable] = set()  # buckets holding more than window - 1 items
+        # Replay determinants of the global times the index holds (set by the runtime that
+        # knows them): a re-emitted tuple ends at an item of an earlier batch, whose record
+        # the runtime no longer has at hand. Dropped with the time, at GC.
+        self._where: dict[GlobalTime, Any] = {}
         self.stats = GroupingStats()
 
     # --- processing ----------------------------------------------------------------------
@@ -115,7 +132,14 @@ class GroupingState:
             key = self._key(item.payload)
         except Exception as exc:
             raise StepError(self.step_id, self._key, item.global_time, None, exc) from exc
-        bucket = self._buckets.setdefault(key, Bucket())
+        try:
+            bucket = self._buckets.setdefault(key, Bucket())
+        except Exception as exc:  # a list, a dict, a set (or a key whose __hash__ raised)
+            if isinstance(exc, TypeError) and not is_hashable(key):
+                raise UnhashableKeyError(
+                    self.step_id, self._key, item.global_time, None, key, exc
+                ) from exc
+            raise StepError(self.step_id, self._key, item.global_time, None, exc) from exc
         if not dirty and (not bucket.items or bucket.items[-1].meta < item.meta):
             # In order, nothing removed: the new item goes last and only its own tuple
             # changes; the general path below would emit exactly this, more slowly.
@@ -202,7 +226,9 @@ class GroupingState:
     def collect_garbage(self, min_time: GlobalTime) -> None:
         """Drop what nothing arriving from now on can need: see the module docstring."""
         while self._times and self._times[0] < min_time:
-            del self._by_time[heapq.heappop(self._times)]
+            time = heapq.heappop(self._times)
+            del self._by_time[time]
+            self._where.pop(time, None)
         keep = self.window - 1
         for key in list(self._oversized):
             bucket = self._buckets[key]
@@ -223,13 +249,21 @@ class GroupingState:
 
         One pickle, so items shared by a bucket and the index stay shared when restored.
         """
-        state = (self._buckets, self._by_time, self._times, self._oversized, self.stats)
+        state = (
+            self._buckets,
+            self._by_time,
+            self._times,
+            self._oversized,
+            self.stats,
+            self._where,
+        )
         return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
 
     def restore(self, data: bytes) -> None:
         """Continue from a :meth:`snapshot` (of the same step)."""
         state = pickle.loads(data)  # noqa: S301  (written by snapshot(), in our state dir)
-        self._buckets, self._by_time, self._times, self._oversized, self.stats = state
+        self._buckets, self._by_time, self._times, self._oversized, self.stats = state[:5]
+        self._where = state[5] if len(state) > 5 else {}  # snapshots before determinants
 
     # --- moving keys between partitions (the Spark runtime's elastic layout) ---------------
 
@@ -265,6 +299,8 @@ class GroupingState:
         for item in keyless:
             for state in parts.values():
                 state._remember(None, item)
+        for state in parts.values():
+            state._where = {t: w for t, w in self._where.items() if t in state._by_time}
         for key in self._oversized:
             part(part_of(key))._oversized.add(key)
         if parts:
@@ -281,6 +317,7 @@ class GroupingState:
         for state in states:
             merged._buckets.update(state._buckets)
             merged._oversized |= state._oversized
+            merged._where.update(state._where)
             for entries in state._by_time.values():
                 for bucket_key, item in entries:
                     if bucket_key is None:
@@ -294,6 +331,17 @@ class GroupingState:
                     merged.stats, name, getattr(merged.stats, name) + getattr(state.stats, name)
                 )
         return merged
+
+    # --- replay determinants -------------------------------------------------------------
+
+    def note_where(self, determinants: Iterable[tuple[GlobalTime, Any]]) -> None:
+        """Keep the determinants of those global times that the index holds."""
+        held = self._by_time
+        self._where.update((t, w) for t, w in determinants if t in held)
+
+    def where(self, time: GlobalTime) -> Any:
+        """The replay determinant noted for ``time``, or None."""
+        return self._where.get(time)
 
     # --- inspection ----------------------------------------------------------------------
 

@@ -53,21 +53,43 @@ class OptionReader:
             return CONF_PREFIX + name
         return name
 
-    def string(self, name: str, default: str | None = None, *, required: bool = False) -> str:
-        """A string option."""
+    def string(
+        self,
+        name: str,
+        default: str | None = None,
+        *,
+        required: bool = False,
+        what: str = "string",
+        allow_empty: bool = False,
+    ) -> str:
+        """A string option; ``default`` when absent.
+
+        Set but empty is an error, not the default (``what`` says what is expected: ``a
+        non-empty <what>``), unless ``allow_empty`` says an empty value means something.
+
+        >>> try:
+        ...     OptionReader("sink files", {"path": ""}).string("path", what="directory URL")
+        ... except ConfigError as exc:
+        ...     print(exc)
+        sink files: option 'path' = '' is invalid; allowed: a non-empty directory URL
+        """
         value = self.raw(name)
-        if value is None or value == "":
+        if value is None:
             if required or default is None:
                 raise ConfigError(
-                    self.step, self.label(name), None, "a non-empty string (required)"
+                    self.step, self.label(name), None, f"a non-empty {what} (required)"
                 )
             return default
+        if value == "" and not allow_empty:
+            raise ConfigError(self.step, self.label(name), value, f"a non-empty {what}")
         return value
 
-    def optional_string(self, name: str) -> str | None:
-        """A string option that may be absent."""
+    def optional_string(self, name: str, *, what: str = "string") -> str | None:
+        """A string option that may be absent, but not set to an empty string."""
         value = self.raw(name)
-        return value if value else None
+        if value == "":
+            raise ConfigError(self.step, self.label(name), value, f"a non-empty {what}")
+        return value
 
     def integer(self, name: str, default: int | None = None, *, minimum: int | None = None) -> int:
         """An integer option, at least ``minimum``."""

@@ -114,11 +114,23 @@ def encode_payload(payload: Any) -> bytes:
 
 
 def encode_key(key: Any) -> bytes:
-    """The tagged bytes of a grouping key (text, bytes or a pickle; never ``m``/``r``)."""
+    """The tagged bytes of a grouping key (text, bytes or a pickle; never ``m``/``r``).
+
+    Raises ``TypeError`` for a key that cannot key a bucket (a list, a dict, a set) before
+    the shuffle, where the item's determinant is still known, rather than in the keyed stage.
+
+    >>> encode_key(("a", 1))[:1], encode_key("a")
+    (b'p', b'sa')
+    >>> encode_key(["a", 1])
+    Traceback (most recent call last):
+    ...
+    TypeError: unhashable type: 'list'
+    """
     if type(key) is str:
         return TEXT_TAG + key.encode()
     if type(key) is bytes:
         return BYTES_TAG + key
+    hash(key)  # the grouping's buckets are a dict: only hashable keys work there
     return PICKLE_TAG + pickle.dumps(key, protocol=_PICKLE)
 
 

@@ -305,7 +305,7 @@ class KeyedRunner:
         for sid, step in self.steps.items():
             if sid == self.grouping.step_id:
                 dest = self.targets[sid][0]
-                handlers[sid] = _grouping_handler(state, dest)
+                handlers[sid] = _grouping_handler(state, dest, determinants.get)
             else:
                 handlers[sid] = stateless_handler(step, self.targets[sid], call)
         router = self._router = self._new_router(determinants.get)
@@ -347,7 +347,10 @@ class KeyedRunner:
                 deliver(row)
         if self.latest:
             leaving = leaving.latest(self.grouping.key)
-        return leaving.batch(self.exits, determinants)
+        # a replayed tuple ends at an item of an earlier batch: its determinant is the state's
+        out = leaving.batch(self.exits, _Known(determinants, state))
+        state.note_where(determinants.items())
+        return out
 
     def _new_router(self, where: Callable[[GlobalTime], Any]) -> LoopRouter | None:
         """The task's loop router, for a stage whose cycle may change keys (streaming only)."""
@@ -360,8 +363,36 @@ class KeyedRunner:
         )
 
 
-def _grouping_handler(state: GroupingState, dest: str) -> Handler:
+class _Known(Mapping[GlobalTime, tuple[Any, Any]]):
+    """Determinants of the batch's rows, then those the grouping state noted earlier.
+
+    Only looked up (``get``): a replayed tuple ends at an item of an earlier batch.
+    """
+
+    def __init__(self, batch: Mapping[GlobalTime, tuple[Any, Any]], state: GroupingState):
+        self.batch = batch
+        self.state = state
+
+    def __getitem__(self, time: GlobalTime) -> tuple[Any, Any]:
+        found = self.batch.get(time) or self.state.where(time)
+        if found is None:
+            raise KeyError(time)
+        return found
+
+    def __iter__(self) -> Iterator[GlobalTime]:
+        return iter(self.batch)
+
+    def __len__(self) -> int:
+        return len(self.batch)
+
+
+def _grouping_handler(
+    state: GroupingState, dest: str, where: Callable[[GlobalTime], Any]
+) -> Handler:
     def grouping(item: DataItem) -> list[tuple[str, DataItem]]:
-        return [(dest, out) for out in state.receive(item)]
+        try:
+            return [(dest, out) for out in state.receive(item)]
+        except StepError as error:  # the key function failed: name the record too
+            raise error.with_determinant(where(item.global_time)) from error.cause
 
     return grouping

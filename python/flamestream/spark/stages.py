@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from flamestream.errors import GraphError, StepError
+from flamestream.errors import GraphError, StepError, UnhashableKeyError
 from flamestream.graph.logical import LogicalGraph
 from flamestream.graph.steps import (
     STATELESS,
@@ -37,6 +37,7 @@ from flamestream.graph.steps import (
     Step,
 )
 from flamestream.model import GlobalTime, LocalTime
+from flamestream.runtime.grouping import is_hashable
 from flamestream.spark.items import (
     ITEM_SCHEMA,
     MAY_INVALIDATE,
@@ -46,6 +47,9 @@ from flamestream.spark.items import (
     encode_payload,
     encode_trace,
 )
+
+#: A key not computed yet (a key function may return None).
+_NO_KEY = object()
 
 #: What a stateless step appends to the trace of its first (or only) output.
 _STATELESS_LOCAL = LocalTime(0, 0)
@@ -585,6 +589,27 @@ class Exits:
         self.sinks = {sid for sid, step in graph.steps.items() if isinstance(step, Sink)}
         self.keys = dict(keys)
         self.render = render
+        #: per keyed entry, the grouping whose key function it applies (for errors)
+        self.groupings = {dest: _grouping_of(graph, dest, fn) for dest, fn in self.keys.items()}
+
+    def key_of(
+        self, dest: str, key_fn: Callable[[Any], Any], payload: Any, where: Callable[[], Any]
+    ) -> bytes:
+        """The encoded grouping key of an item entering a keyed stage at ``dest``.
+
+        Errors name the grouping (not the merge the item may enter by), the key function, the
+        item's global time and determinant; an unhashable key gets its own hint (a tuple).
+        """
+        key: Any = _NO_KEY
+        try:
+            key = key_fn(payload)
+            return encode_key(key)
+        except Exception as exc:  # the key function raised, or its key cannot be a dict key
+            time, determinant = where()
+            step_id = self.groupings.get(dest, dest)
+            if key is not _NO_KEY and isinstance(exc, TypeError) and not is_hashable(key):
+                raise UnhashableKeyError(step_id, key_fn, time, determinant, key, exc) from exc
+            raise StepError(step_id, key_fn, time, determinant, exc) from exc
 
     def builder(self) -> ExitRows:
         """A new batch of leaving rows."""
@@ -613,11 +638,7 @@ class ExitRows:
             self.values.append(None)
             return
         if key_fn is not None:
-            try:
-                self.keys.append(encode_key(key_fn(payload)))
-            except Exception as exc:  # the grouping's key function failed on this item
-                time, determinant = where()
-                raise StepError(dest, key_fn, time, determinant, exc) from exc
+            self.keys.append(self.exits.key_of(dest, key_fn, payload, where))
         else:
             self.keys.append(None)
         if dest in self.exits.sinks:
@@ -677,6 +698,21 @@ class ExitRows:
             pa.array(self.values, pa.string()),
         ]
         return pa.RecordBatch.from_arrays(columns, schema=ITEM_SCHEMA)
+
+
+def _grouping_of(graph: LogicalGraph, dest: str, key_fn: Callable[[Any], Any]) -> str:
+    """The grouping whose key function ``key_fn`` is, for items entering it at ``dest``.
+
+    ``dest`` itself when it is the grouping, or when several groupings share the function.
+    """
+    if isinstance(graph.step(dest), Grouping):
+        return dest
+    owners = [
+        sid
+        for sid, step in graph.steps.items()
+        if isinstance(step, Grouping) and step.key is key_fn
+    ]
+    return owners[0] if len(owners) == 1 else dest
 
 
 def _extended(

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark import TaskContext
 
+from flamestream.errors import ConfigError
 from flamestream.spark.config import OptionReader
 from flamestream.spark.sink import SinkOutput
 
@@ -36,9 +37,32 @@ class FilesOutput(SinkOutput):
     supports_task_release = True
 
     def __init__(self, options: OptionReader) -> None:
-        self.path = options.string("path", required=True).rstrip("/")
+        self.path = options.string("path", required=True, what="directory URL").rstrip("/")
         self.format = options.choice("format", ["json", "parquet"], "json")
         self.suffix = "jsonl" if self.format == "json" else "parquet"
+        self._check_path(options)
+
+    def _check_path(self, options: OptionReader) -> None:
+        """Fail before the query starts if ``path`` cannot become the output directory.
+
+        ``path`` must be a directory, or not exist yet with a directory (not a file) as its
+        nearest existing ancestor: else the first commit, which creates it, would fail.
+        """
+        allowed = "a directory URL (existing, or to be created), not a file"
+        try:
+            fs, root = fsspec.core.url_to_fs(self.path)
+        except (ValueError, ImportError) as exc:
+            raise ConfigError(options.step, "path", self.path, f"{allowed} ({exc})") from None
+        where = root
+        while not fs.exists(where):
+            parent = posixpath.dirname(where.rstrip("/"))
+            if not parent or parent == where:
+                return  # nothing of it exists yet (an object store's new bucket, say)
+            where = parent
+        if not fs.isdir(where):
+            shown = fs.unstrip_protocol(where)
+            found = "is a file" if where == root else f"has a file in its way: {shown}"
+            raise ConfigError(options.step, "path", self.path, f"{allowed}; it {found}")
 
     def release(self, batch_id: int, rows: pa.Table) -> None:
         """Write the batch's file atomically."""
