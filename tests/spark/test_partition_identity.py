@@ -52,3 +52,15 @@ def test_grouping_under_a_union_keeps_its_state_across_batches(spark: SparkSessi
         r["value"] for r in sorted(out, key=lambda r: (r["ts"], r["front"])) if r["sink"] == "raw"
     ]
     assert tuples == [ordered[0]] + [f"{a}+{b}" for a, b in itertools.pairwise(ordered)]
+
+
+def test_applying_a_graph_to_a_stream_turns_adaptive_streaming_off(
+    spark: SparkSession, tmp_path: Path
+):
+    """Adaptive execution would plan the one front of two shuffles from two threads at once."""
+    spark.conf.set("spark.sql.adaptive.streaming.stateless.enabled", "true")
+    write_lines(tmp_path / "in" / "a.txt", ["a"])
+    front = files_front(spark, tmp_path / "in")
+    apply_graph(two_sinks_first_stateless(), front, checkpoint_location=str(tmp_path / "ck"))
+    assert spark.conf.get("spark.sql.adaptive.streaming.stateless.enabled") == "false"
+    assert spark.conf.get("spark.sql.adaptive.enabled") == "true"  # batch queries keep it

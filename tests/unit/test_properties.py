@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections import Counter, defaultdict, deque
 from itertools import accumulate
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from flamestream import Dataflow, GlobalTime, Meta, Reduced, invalidates, map_reduce
 from flamestream.runtime import RandomScheduler, ReferenceRuntime
 from flamestream.testing import Script, run_in_order, run_script
+
+from ..random_graphs import random_graph
 
 PROPERTY = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -340,3 +342,13 @@ def test_map_reduce_needs_no_tombstones_but_a_plain_filter_does():
     ints = {f: [(ts, rng.randint(0, 9)) for ts in range(1, 30, 3)] for f in range(3)}
     chained = assert_same_output(chained_groupings(), ints, random_script(rng, ints), 5)
     assert chained.stats.tombstones > 0
+
+
+@PROPERTY
+@given(data=st.data(), seed=seeds, graph_seed=st.integers(0, 10_000))
+def test_random_graphs_are_independent_of_arrival_order(data, seed, graph_seed):
+    """Random shapes (tests/random_graphs.py): the shapes the hand-written graphs miss."""
+    grown = random_graph(graph_seed)
+    inputs = data.draw(front_inputs(lines, min_fronts=2, max_fronts=3, max_per_front=5))
+    note(str(grown))
+    assert_same_output(grown.flow, inputs, data.draw(shuffled_scripts(inputs)), seed)

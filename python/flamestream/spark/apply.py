@@ -21,6 +21,7 @@ graph clean: 1 stage, fusion on
 from __future__ import annotations
 
 import json
+import logging
 import posixpath
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -49,6 +50,8 @@ from flamestream.spark.stages import (
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
+
+_log = logging.getLogger(__name__)
 
 #: The columns of what ``apply`` returns: the meta, the determinant, the sink, the payload.
 OUTPUT_COLUMNS = ("ts", "front", "trace", "flags", "source", "position", "sink", "value")
@@ -179,6 +182,8 @@ class SparkGraph:
         """
         from pyspark.sql import functions as F
 
+        if df.isStreaming:
+            _no_adaptive_streaming(df.sparkSession)
         if self.keyed and df.isStreaming and not checkpoint_location:
             raise GraphError(
                 self.graph.name,
@@ -410,6 +415,27 @@ class SparkGraph:
     def _where(self, step_id: str) -> str:
         stage = self._stage_of.get(step_id)
         return f"stage {stage.index}" if stage else f"sink {step_id}"
+
+
+#: Spark 4.x runs stateless streaming queries (as Spark sees a graph's) adaptively by default.
+ADAPTIVE_STREAMING = "spark.sql.adaptive.streaming.stateless.enabled"
+
+
+def _no_adaptive_streaming(session: Any) -> None:
+    """Turn adaptive execution of stateless streaming queries off for the session.
+
+    Under it, Spark materializes the shuffles of a micro-batch concurrently; when a graph's
+    front rows feed two shuffles (a broadcast into two groupings, a stage with two keyed
+    consumers), two threads then plan the same Python source at once, and Spark's runner of a
+    Python streaming source is not safe for that: the query hangs. Spark reads the setting
+    when a query starts, so this must happen before ``start()``; batch queries keep adaptive
+    execution. Logged, since it changes the session.
+    """
+    if (session.conf.get(ADAPTIVE_STREAMING, "true") or "").lower() != "false":
+        session.conf.set(ADAPTIVE_STREAMING, "false")
+        _log.info(
+            "flamestream: set %s=false (graph stages on streaming DataFrames)", ADAPTIVE_STREAMING
+        )
 
 
 def _named(runner: Callable[[Any], Any], name: str) -> Callable[[Any], Any]:
