@@ -6,6 +6,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SHIM   := $(VENV)/.shim-installed
+PRECOMPILED := $(VENV)/.workers-precompiled
+SPARK_ZIPS  := $(wildcard $(VENV)/lib/python3*/site-packages/pyspark/python/lib/*.zip)
 SHIM_SOURCES := jvm-shim/pom.xml $(wildcard jvm-shim/src/main/java/io/flamestream/shim/*.java)
 
 # Spark workers must start the project's interpreter, not whatever `python3` is on PATH.
@@ -29,7 +31,14 @@ $(SHIM): $(STAMP) $(SHIM_SOURCES)
 	$(PY) -m flamestream.jvm build
 	touch $(SHIM)
 
-setup: $(STAMP) $(SHIM)  ## create .venv, install flamestream with its dev tools, build the JVM shim
+# Spark puts pyspark.zip and the py4j zip (sources only) first on every Python process's
+# PYTHONPATH; add bytecode to them so those processes do not compile pyspark again on each
+# start (python/flamestream/workers.py). Idempotent; reruns after pyspark is reinstalled.
+$(PRECOMPILED): $(STAMP) python/flamestream/workers.py $(SPARK_ZIPS)
+	$(PY) -m flamestream.workers precompile
+	touch $(PRECOMPILED)
+
+setup: $(STAMP) $(SHIM) $(PRECOMPILED)  ## create .venv, install flamestream with its dev tools, build the JVM shim, precompile Spark's Python zips
 
 run: setup  ## set up, then run the main job (a streaming query on local Spark, see README)
 	$(PY) -m flamestream.examples.stream_files
