@@ -11,7 +11,8 @@ SPARK_ZIPS  := $(wildcard $(VENV)/lib/python3*/site-packages/pyspark/python/lib/
 SHIM_SOURCES := jvm-shim/pom.xml $(wildcard jvm-shim/src/main/java/io/flamestream/shim/*.java)
 
 # Spark workers must start the project's interpreter, not whatever `python3` is on PATH.
-export PYSPARK_PYTHON := $(abspath $(PY))
+# flamestream-python (flamestream.launcher) connects back before it imports pyspark.
+export PYSPARK_PYTHON := $(abspath $(VENV)/bin/flamestream-python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
 .PHONY: help setup run test unit lint format bench bench-spark clean

@@ -35,6 +35,7 @@ import json
 import os
 import platform
 import resource
+import secrets
 import shutil
 import statistics
 import subprocess
@@ -43,6 +44,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from flamestream.launcher import worker_python
 
 #: The module Spark runs for a streaming Python data source, on the driver.
 RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
@@ -64,7 +67,9 @@ export PYTHONPATH
 exec {python} "$@"
 """
 
-MODES = ("default", "zipless")
+#: ``default``: the project's interpreter; ``launcher``: ``flamestream-python`` (connects back
+#: before importing pyspark); ``zipless``: the wrapper above.
+MODES = ("default", "launcher", "zipless")
 
 
 def write_wrapper(directory: Path) -> Path:
@@ -100,6 +105,38 @@ def import_cost(pythonpath: str, repeat: int = 3) -> dict[str, float]:
         "wall_s": round(statistics.median(walls), 2),
         "cpu_s": round(statistics.median(cpus), 2),
     }
+
+
+def connect_delay(python: str, repeat: int = 3) -> float:
+    """Median seconds from starting ``python -m RUNNER`` to its connecting back.
+
+    A server stands in for the JVM (it accepts, then closes: the runner then fails, and is
+    killed); what is timed is exactly the 10 s race Spark runs.
+    """
+    import socket
+
+    delays = []
+    for _ in range(repeat):
+        with socket.create_server(("127.0.0.1", 0)) as server:
+            server.settimeout(120)
+            env = dict(
+                os.environ,
+                PYTHONPATH=spark_pythonpath(),
+                PYTHON_WORKER_FACTORY_PORT=str(server.getsockname()[1]),
+                PYTHON_WORKER_FACTORY_SECRET=secrets.token_hex(8),
+            )
+            start = time.perf_counter()
+            child = subprocess.Popen(  # noqa: S603
+                [python, "-m", RUNNER], env=env, stderr=subprocess.DEVNULL
+            )
+            try:
+                conn, _ = server.accept()
+                delays.append(time.perf_counter() - start)
+                conn.close()
+            finally:
+                child.kill()
+                child.wait()
+    return round(statistics.median(delays), 2)
 
 
 def start_burners(count: int, seconds: float) -> list[subprocess.Popen[bytes]]:
@@ -199,7 +236,7 @@ def child(runs: int, lines: int, work: Path, timeout: float) -> dict[str, Any]:
 
 def run_mode(mode: str, args: argparse.Namespace, work: Path, wrapper: Path) -> dict[str, Any]:
     """One mode in a child process (a fresh JVM), its JSON back."""
-    python = str(wrapper) if mode == "zipless" else sys.executable
+    python = {"zipless": str(wrapper), "launcher": worker_python()}.get(mode, sys.executable)
     env = dict(os.environ, PYSPARK_PYTHON=python, PYSPARK_DRIVER_PYTHON=sys.executable)
     command = [
         sys.executable,
@@ -237,7 +274,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--load", type=int, default=15, help="CPU-burning processes")
     parser.add_argument("--runs", type=int, default=3, help="queries per mode")
     parser.add_argument("--lines", type=int, default=200, help="input lines per query")
-    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated: {MODES}")
+    parser.add_argument("--modes", default="default,launcher", help=f"comma-separated: {MODES}")
     parser.add_argument("--ramp", type=float, default=30.0, help="seconds of load before runs")
     parser.add_argument(
         "--burn-seconds", type=float, default=1200.0, help="burners end by themselves after this"
@@ -270,6 +307,10 @@ def main(argv: list[str] | None = None) -> None:
         report["runner_imports_under_load"] = {
             "spark_pythonpath": import_cost(with_zips),
             "zipless": import_cost(with_zips.split(os.pathsep)[-1]),
+        }
+        report["connect_back_s_under_load"] = {
+            "default": connect_delay(sys.executable),
+            "launcher": connect_delay(worker_python()),
         }
         report["modes"] = {mode: run_mode(mode, args, work, wrapper) for mode in modes}
     finally:

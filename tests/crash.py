@@ -24,6 +24,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from flamestream.launcher import worker_python
 from flamestream.spark import faults
 
 from .sessions import local_session
@@ -125,7 +126,7 @@ def spawn(
     fast; its output is captured.
     """
     full = {k: v for k, v in os.environ.items() if not k.startswith("FLAMESTREAM_CRASH")}
-    full["PYSPARK_PYTHON"] = sys.executable
+    full["PYSPARK_PYTHON"] = worker_python()
     # short-lived driver JVMs: C1 only and the serial collector start about 20% faster, and
     # the class archive spares most of the class loading
     classes = CLASSES.option(clean_exit=faults.ENV not in env)

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
+
+from flamestream.launcher import worker_python
 
 
 def local_session(master: str = "local[2]", conf: Mapping[str, str] | None = None) -> SparkSession:
     """A Spark session for tests: two shuffle partitions, no UI, errors-only logging.
 
     ``conf`` adds settings (``spark.executorEnv.*`` for executors in cluster modes). Executors
-    run the interpreter in ``PYSPARK_PYTHON`` (this one's unless set), on every master.
+    run the interpreter in ``PYSPARK_PYTHON`` (unless set, ``flamestream-python`` beside this
+    one: it connects back before importing pyspark), on every master.
     """
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_PYTHON", worker_python())
     builder = (
         SparkSession.builder.master(master)
         .appName("flamestream-tests")

@@ -18,13 +18,14 @@ import pyspark
 import pytest
 
 from flamestream.jvm import SHIM_VERSION, ShimError, check_jar, locate_jar
+from flamestream.launcher import worker_python
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    env = dict(os.environ, SPARK_CONF_DIR=str(ROOT / "conf"), PYSPARK_PYTHON=sys.executable)
+    env = dict(os.environ, SPARK_CONF_DIR=str(ROOT / "conf"), PYSPARK_PYTHON=worker_python())
     done = subprocess.run(
         [sys.executable, "-m", "tests.spark.shim_job", str(tmp_path_factory.mktemp("shim"))],
         cwd=ROOT,

@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from flamestream.examples.wordcount import load_sample
+from flamestream.launcher import worker_python
 
 FRONT_FILES = ("north.txt", "east.txt", "south.txt")
 
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=6.0, help="how long the feed runs")
     parser.add_argument("--limit", type=int, default=10, help="maxRecordsPerTrigger")
     args = parser.parse_args(argv)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_PYTHON", worker_python())
     from pyspark.sql import SparkSession  # imported here: the rest of the package needs no Spark
 
     work = args.work or Path(tempfile.mkdtemp(prefix="flamestream-job-"))

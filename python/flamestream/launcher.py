@@ -1,0 +1,183 @@
+"""``flamestream-python``: a Python for Spark's workers that connects back before it imports.
+
+Spark 4.x starts some Python processes as fresh interpreters (``python -m <module>``) and
+gives each a fixed 10 s to connect back to the JVM (``PythonWorkerFactory.createSimpleWorker``:
+``select(10000)``, no conf): the driver-side runner of every streaming Python data source
+(``pyspark.sql.streaming.python_streaming_source_runner``), and every Python worker when
+``spark.python.use.daemon`` is off. Each of those modules imports pyspark first and connects
+after, so on a loaded machine (load 15+ on 2 cores) the import alone outlasts the 10 s and the
+query fails at start with ``Python worker failed to connect back``.
+
+This launcher turns the order around. Started as ``flamestream-python -m <module>`` by Spark
+(point ``PYSPARK_PYTHON`` or ``spark.pyspark.python`` at it), it
+
+1. sees from the environment Spark sets whether the process must connect back
+   (``PYTHON_WORKER_FACTORY_PORT`` with ``PYTHON_WORKER_FACTORY_SECRET``, or
+   ``PYTHON_WORKER_FACTORY_SOCK_PATH``); anything else (the daemon, ``-c``, a script,
+   ``--version``) is handed to the real interpreter unchanged with ``exec``;
+2. connects and authenticates with the standard library alone (``socket``, ``struct``): the
+   protocol of ``pyspark.util.local_connect_and_auth``, whose reply the JVM waits for with
+   its own timeout only after the connection is accepted;
+3. imports pyspark and makes ``pyspark.util.local_connect_and_auth`` return that connection
+   for the first call with the same address (``get_sock_file_to_executor`` then writes the pid
+   and the module runs exactly as it would; other connections, e.g. a broadcast server's, go
+   to the original function);
+4. runs ``<module>`` as ``__main__`` (``runpy``, like ``python -m``).
+
+What the process does after connecting is unchanged; the JVM waits for it without the 10 s
+limit. The launcher imports nothing of flamestream or pyspark before step 2 (a test checks).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import sys
+from typing import Any
+
+#: The module Spark starts as a daemon that forks workers: it does not connect back itself.
+DAEMON = "pyspark.daemon"
+#: Spark's default wait for the auth reply (``spark.python.authenticate.socketTimeout``).
+_AUTH_TIMEOUT = 15
+
+
+def worker_python() -> str:
+    """The ``flamestream-python`` beside this interpreter if installed, else this interpreter.
+
+    What ``PYSPARK_PYTHON`` should name for Spark's workers (``spark.pyspark.python``, and
+    ``spark.executorEnv.PYSPARK_PYTHON`` for executors).
+    """
+    beside = os.path.join(os.path.dirname(sys.executable), "flamestream-python")
+    return beside if os.access(beside, os.X_OK) else sys.executable
+
+
+def _module_of(argv: list[str]) -> tuple[str, list[str]] | None:
+    """``(module, its arguments)`` for ``-m module args...``, else None."""
+    if len(argv) >= 2 and argv[0] == "-m":
+        return argv[1], argv[2:]
+    return None
+
+
+def connect_back_address(environ: dict[str, str]) -> str | int | None:
+    """Where a fresh Spark worker process must connect back to, or None if it must not.
+
+    >>> connect_back_address({"PYTHON_WORKER_FACTORY_PORT": "4040",
+    ...                       "PYTHON_WORKER_FACTORY_SECRET": "s"})
+    4040
+    >>> connect_back_address({"PYTHON_WORKER_FACTORY_SOCK_PATH": "/tmp/w.sock"})
+    '/tmp/w.sock'
+    >>> connect_back_address({"PYTHON_WORKER_FACTORY_SECRET": "s"}) is None  # the daemon's
+    True
+    """
+    path = environ.get("PYTHON_WORKER_FACTORY_SOCK_PATH")
+    if path:
+        return path
+    port = environ.get("PYTHON_WORKER_FACTORY_PORT")
+    if port and environ.get("PYTHON_WORKER_FACTORY_SECRET") is not None:
+        return int(port)
+    return None
+
+
+def _timeout() -> int:
+    return int(os.environ.get("SPARK_AUTH_SOCKET_TIMEOUT", _AUTH_TIMEOUT))
+
+
+def _write_with_length(data: bytes, out: Any) -> None:
+    out.write(struct.pack("!i", len(data)))
+    out.write(data)
+
+
+def _read_utf8(stream: Any) -> str:
+    header = stream.read(4)
+    if len(header) < 4:
+        return ""
+    (length,) = struct.unpack("!i", header)
+    return bytes(stream.read(length)).decode("utf-8")
+
+
+def connect(address: str | int, secret: str | None) -> tuple[Any, socket.socket]:
+    """Connect and authenticate as ``pyspark.util.local_connect_and_auth`` does.
+
+    Returns ``(sock_file, sock)``. Raises ``OSError`` (or ``ConnectionError`` for a refused
+    secret); the caller then lets pyspark's own function try, and report, as usual.
+    """
+    buffer = int(os.environ.get("SPARK_BUFFER_SIZE", 65536))
+    if isinstance(address, str):  # a Unix domain socket: no secret
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(_timeout())
+            sock.connect(address)
+        except OSError:
+            sock.close()
+            raise
+        return sock.makefile("rwb", buffer), sock
+    host = "::1" if os.environ.get("SPARK_PREFER_IPV6", "false").lower() == "true" else "127.0.0.1"
+    errors: list[OSError] = []
+    for family, kind, proto, _, where in socket.getaddrinfo(
+        host, address, socket.AF_UNSPEC, socket.SOCK_STREAM
+    ):
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(_timeout())
+            sock.connect(where)
+            sock_file = sock.makefile("rwb", buffer)
+            _write_with_length((secret or "").encode("utf-8"), sock_file)
+            sock_file.flush()
+            if _read_utf8(sock_file) != "ok":
+                sock_file.close()
+                msg = "the JVM refused the worker secret"
+                raise ConnectionError(msg)
+            return sock_file, sock
+        except OSError as exc:
+            sock.close()
+            errors.append(exc)
+    raise errors[-1] if errors else OSError(f"no address for {host}:{address}")
+
+
+def _hand_over(address: str | int, connection: tuple[Any, socket.socket]) -> None:
+    """Make pyspark's connect-back return ``connection``, once, for ``address``."""
+    import pyspark.util
+    import pyspark.worker_util
+
+    original = pyspark.util.local_connect_and_auth
+    pending = [connection]
+
+    def local_connect_and_auth(conn_info: Any, auth_secret: Any) -> tuple[Any, Any]:
+        if pending and conn_info == address:
+            return pending.pop()
+        return original(conn_info, auth_secret)
+
+    # worker_util imported the name from util: replace it in both
+    pyspark.util.local_connect_and_auth = local_connect_and_auth
+    setattr(pyspark.worker_util, "local_connect_and_auth", local_connect_and_auth)  # noqa: B010
+
+
+def _run_module(module: str, args: list[str]) -> None:
+    """Run ``module`` as ``python -m module args`` would (``sys.path[0]`` is the directory)."""
+    import runpy
+
+    sys.argv = [module, *args]
+    sys.path[0] = os.getcwd()
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The ``flamestream-python`` command: see the module docstring."""
+    args = sys.argv[1:] if argv is None else argv
+    target = _module_of(args)
+    address = connect_back_address(dict(os.environ))
+    if target is None or target[0] == DAEMON or address is None:
+        os.execv(sys.executable, [sys.executable, *args])  # noqa: S606  (exactly `python ARGS`)
+    module, module_args = target
+    try:
+        connection = connect(address, os.environ.get("PYTHON_WORKER_FACTORY_SECRET"))
+    except OSError:
+        connection = None  # pyspark's own connect tries again and reports its own error
+    if connection is not None:
+        _hand_over(address, connection)
+    _run_module(module, module_args)
+
+
+if __name__ == "__main__":
+    main()

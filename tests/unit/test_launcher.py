@@ -1,0 +1,135 @@
+"""flamestream-python connects back before it imports pyspark, and is plain Python otherwise.
+
+The server here speaks the JVM's side of ``PythonWorkerFactory.createSimpleWorker``: accept,
+read the secret (length-prefixed), answer ``ok``, read the worker's pid; then the probe module
+sends when it was imported.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyspark.util
+import pyspark.worker_util
+
+from flamestream import launcher
+
+ROOT = Path(__file__).resolve().parents[2]
+LAUNCHER = launcher.worker_python()
+
+
+def read_exactly(conn: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
+        assert chunk, "the worker closed the connection"
+        data += chunk
+    return data
+
+
+def read_with_length(conn: socket.socket) -> bytes:
+    (length,) = struct.unpack("!i", read_exactly(conn, 4))
+    return read_exactly(conn, length)
+
+
+def serve_one(secret: str, env: dict[str, str] | None = None) -> dict[str, float]:
+    """Start the probe through the launcher; return when it connected and when it was imported."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(60)
+    port = server.getsockname()[1]
+    started = time.time()
+    child = subprocess.Popen(
+        [LAUNCHER, "-m", "tests.unit.connect_probe"],
+        cwd=ROOT,
+        env=dict(
+            os.environ,
+            **(env or {}),
+            PYTHON_WORKER_FACTORY_PORT=str(port),
+            PYTHON_WORKER_FACTORY_SECRET=secret,
+        ),
+    )
+    try:
+        conn, _ = server.accept()
+        accepted = time.time()
+        with conn:
+            conn.settimeout(60)
+            if read_with_length(conn).decode() != secret:
+                conn.sendall(struct.pack("!i", 3) + b"err")
+                return {"refused": 1.0}
+            conn.sendall(struct.pack("!i", 2) + b"ok")
+            (pid,) = struct.unpack("!i", read_exactly(conn, 4))
+            imported = float(read_with_length(conn))
+        assert child.wait(60) == 0
+        return {"started": started, "accepted": accepted, "imported": imported, "pid": pid}
+    finally:
+        server.close()
+        if child.poll() is None:
+            child.kill()
+
+
+def test_the_worker_connects_back_before_its_module_is_imported():
+    # Spark puts its pyspark.zip first on the path; the order must hold with it too
+    got = serve_one("s3cret")
+    assert got["accepted"] < got["imported"], got
+    assert got["pid"] > 0
+
+
+def test_the_launcher_is_installed_with_the_project():
+    """make setup installs it (setup.cfg's console script); the suite runs Spark through it."""
+    assert sys.executable != LAUNCHER
+    assert os.access(LAUNCHER, os.X_OK)
+
+
+def test_without_connect_back_it_is_the_plain_interpreter():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON_WORKER_FACTORY")}
+    done = subprocess.run(
+        [LAUNCHER, "-c", "import sys; print(sys.executable, sys.argv[1:])", "x"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.split() == [sys.executable, "['x']"]
+    # the daemon forks workers and never connects back itself: it is handed over untouched
+    daemon = [LAUNCHER, "-m", "pyspark.daemon"]
+    assert launcher._module_of(daemon[1:]) == ("pyspark.daemon", [])
+
+
+def test_the_launcher_module_imports_neither_pyspark_nor_pyarrow():
+    code = (
+        "import sys, flamestream.launcher; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('pyspark', 'py4j', 'pyarrow', 'pandas')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert done.stdout.strip() == "[]"
+
+
+def test_hand_over_serves_its_address_once_and_other_connections_as_before(monkeypatch):
+    monkeypatch.setattr(pyspark.util, "local_connect_and_auth", pyspark.util.local_connect_and_auth)
+    monkeypatch.setattr(
+        pyspark.worker_util, "local_connect_and_auth", pyspark.worker_util.local_connect_and_auth
+    )
+    calls: list[tuple[object, object]] = []
+
+    def original(conn_info: object, auth_secret: object) -> tuple[str, str]:
+        calls.append((conn_info, auth_secret))
+        return ("file", "sock")
+
+    monkeypatch.setattr(pyspark.util, "local_connect_and_auth", original)
+    connection = ("made", "early")
+    launcher._hand_over(4040, connection)  # type: ignore[arg-type]
+    patched = pyspark.worker_util.local_connect_and_auth
+    assert patched(5050, "s") == ("file", "sock")  # another address: a broadcast server, say
+    assert patched(4040, "s") == connection
+    assert patched(4040, "s") == ("file", "sock")  # once only
+    assert calls == [(5050, "s"), (4040, "s")]
+    assert pyspark.util.local_connect_and_auth is patched
