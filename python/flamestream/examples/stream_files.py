@@ -49,7 +49,10 @@ def backlog_bytes(progress: dict[str, Any]) -> int:
     if not source.get("latestOffset") or not source.get("endOffset"):
         return 0
     available = json.loads(source["latestOffset"])["available"]
-    read = {key: position for key, _, position in json.loads(source["endOffset"])["fronts"]}
+    from flamestream.spark.front import FrontOffset  # Spark's, like the query itself
+
+    end = FrontOffset.from_json(json.loads(source["endOffset"]))
+    read = {front.key: front.position for front in end.fronts}
     return sum(max(0, end - read.get(key, 0)) for key, end in available.items())
 
 
