@@ -53,6 +53,8 @@ from typing import Any
 from benchmarks.common import Run, local_spark, run_query, timings
 from benchmarks.spark_graphs import chain_expected, chain_graph, word_count_graph
 from benchmarks.spark_passthrough import LINE_BYTES, generate, line
+from flamestream.spark.barrier import front_offsets
+from flamestream.spark.durable import QueryCheckpoint
 
 #: The graphs both parts can run (built fresh for every query).
 GRAPHS: dict[str, Callable[[], Any]] = {"wordcount": word_count_graph, "chain": chain_graph}
@@ -172,13 +174,9 @@ def watch(query: Any, rows: int, deadline: float, started: float, out: Path | No
 
 
 def read_offsets(checkpoint: Path) -> dict[int, dict[str, Any]]:
-    """Per batch, the flamestream front's end offset from Spark's offset log."""
-    offsets = {}
-    for path in (checkpoint / "offsets").iterdir():
-        if path.name.isdigit():
-            lines = path.read_text().splitlines()
-            offsets[int(path.name)] = json.loads(lines[2])
-    return offsets
+    """Per batch, the flamestream front's end offset from Spark's offset log (one source)."""
+    batches = QueryCheckpoint(str(checkpoint)).logged_batches()
+    return {b: front_offsets(str(checkpoint), b)[0] for b in batches}
 
 
 def main(argv: list[str] | None = None) -> int:

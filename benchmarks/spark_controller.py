@@ -51,6 +51,8 @@ from typing import Any
 from benchmarks.common import local_spark
 from benchmarks.spark_barrier import linear_fit, percentile, summary_ms
 from benchmarks.spark_graphs import word_count_graph
+from flamestream.spark.barrier import front_offsets
+from flamestream.spark.durable import QueryCheckpoint
 
 #: Generator front settings (as the barrier benchmark's latency part).
 GENERATOR_PARTITIONS = 2
@@ -106,14 +108,11 @@ class Watched:
 
 def read_checkpoint(ck: Path) -> tuple[list[Batch], float | None]:
     """The batches from the offset log and the sink's markers; offsets/0's mtime."""
-    offsets: dict[int, dict[str, Any]] = {}
-    first_mtime = None
-    for path in (ck / "offsets").iterdir():
-        if path.name.isdigit():
-            # the last line is the flamestream source's end offset (one source here)
-            offsets[int(path.name)] = json.loads(path.read_text().splitlines()[-1])
-            if path.name == "0":
-                first_mtime = path.stat().st_mtime
+    log = QueryCheckpoint(str(ck))
+    # one flamestream source here
+    offsets = {b: front_offsets(str(ck), b)[0] for b in log.logged_batches()}
+    first = Path(log.offset_path(0))
+    first_mtime = first.stat().st_mtime if first.exists() else None
     markers: dict[int, tuple[float, dict[str, Any]]] = {}
     commits = ck / SINK_STATE / "commits"
     if commits.is_dir():

@@ -36,7 +36,6 @@ Everything is measured from the checkpoint and the output alone: see ``NOTES``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
@@ -56,6 +55,8 @@ from benchmarks.common import local_spark
 from benchmarks.spark_barrier import linear_fit, summary_ms
 from benchmarks.spark_controller import SINK_STATE, Batch, clock_start, git_state, run_lengths
 from benchmarks.spark_graphs import word_count_graph
+from flamestream.spark.barrier import front_offsets
+from flamestream.spark.durable import QueryCheckpoint
 
 #: Generator front partitions, and key partitions of the word count's keyed stage.
 GENERATOR_PARTITIONS = 2
@@ -105,22 +106,17 @@ class Input:
 
 def read_checkpoint(ck: Path) -> Checkpoint:
     """The batches from the offset log (generator and control lines) and the sink's markers."""
+    log = QueryCheckpoint(str(ck))
     offsets: dict[int, dict[str, Any]] = {}
     layouts: dict[int, dict[str, Any]] = {}
-    first_mtime = None
-    for path in (ck / "offsets").iterdir():
-        if not path.name.isdigit():
-            continue
-        # one line per source after the version and metadata: the generator's, the control's
-        for line in path.read_text().splitlines()[2:]:
-            with contextlib.suppress(json.JSONDecodeError):
-                offset = json.loads(line)
-                if isinstance(offset, dict) and offset.get("flamestreamLayout") == 1:
-                    layouts[int(path.name)] = offset
-                elif isinstance(offset, dict) and "fronts" in offset:
-                    offsets[int(path.name)] = offset
-        if path.name == "0":
-            first_mtime = path.stat().st_mtime
+    for b in log.logged_batches():
+        # the generator's offset and (elastic only) the control front's layout
+        offsets[b] = front_offsets(str(ck), b)[0]
+        layout = log.offsets_where(b, lambda offset: offset.get("flamestreamLayout") == 1)
+        if layout:
+            layouts[b] = layout[0]
+    first = Path(log.offset_path(0))
+    first_mtime = first.stat().st_mtime if first.exists() else None
     markers: dict[int, tuple[float, dict[str, Any]]] = {}
     commits = ck / SINK_STATE / "commits"
     if commits.is_dir():

@@ -20,7 +20,8 @@ from flamestream import Dataflow
 from flamestream.errors import GraphError
 from flamestream.examples.components import components, labels
 from flamestream.spark import SparkGraph, apply_graph
-from flamestream.spark.loop import AckTable, graph_state_url
+from flamestream.spark.durable import QueryCheckpoint
+from flamestream.spark.loop import AckTable
 
 from ..crash import reachable_in_turn, released_so_far_is, run_chain, run_unbroken
 from . import loop_crash_job
@@ -90,7 +91,7 @@ def test_connected_components_release_what_the_reference_releases_and_the_loop_h
     in_meta_order = [r.value for r in read_rows(tmp_path / "out")]  # the barrier's order
     assert labels(in_meta_order) == union_find(lines)
     assert any(r.flags & 1 for r in read_rows(tmp_path / "out")), "no late item replayed"
-    state = graph_state_url(str(tmp_path / "ck"))
+    state = QueryCheckpoint(str(tmp_path / "ck")).graph_url
     held = 0
     markers = sorted((tmp_path / "ck" / "flamestream-sink" / "commits").glob("*.json"))
     for marker in markers:
@@ -194,7 +195,7 @@ def test_a_restart_with_items_in_the_loop_gives_the_same_output(
         return writer.trigger(processingTime="0 seconds").start()
 
     first = query(fronts(spark, folder, stream=True, limit=3), available_now=False)
-    state = graph_state_url(checkpoint)
+    state = QueryCheckpoint(checkpoint).graph_url
     stopped_in_flight = False
     for _ in range(600):
         first.awaitTermination(0.5)

@@ -26,16 +26,15 @@ import posixpath
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import fsspec
-
 from flamestream.errors import ConfigError, GraphError
 from flamestream.graph.dataflow import Dataflow
 from flamestream.graph.logical import LogicalGraph
 from flamestream.graph.steps import Merge, Sink, Source
+from flamestream.spark.durable import QueryCheckpoint, filesystem, write_atomically
 from flamestream.spark.items import BYTES_TAG, ITEM_DDL, MAY_INVALIDATE, TEXT_TAG, TOMBSTONE
 from flamestream.spark.keyed import KeyedRunner
 from flamestream.spark.layout import ElasticPolicy, Router
-from flamestream.spark.loop import LoopSpec, LoopWriter, graph_state_url
+from flamestream.spark.loop import LoopSpec, LoopWriter
 from flamestream.spark.partitioning import KEY_PARTITION, SALT_PREFIX, salts
 from flamestream.spark.stages import (
     Stage,
@@ -210,7 +209,7 @@ class SparkGraph:
         policy = self.elastic
         elastic = policy is not None and bool(checkpoint_location) and df.isStreaming and self.keyed
         if checkpoint_location and df.isStreaming:
-            state_url = graph_state_url(checkpoint_location)
+            state_url = QueryCheckpoint(checkpoint_location).graph_url
             check_layout(
                 state_url, partitions, loops=bool(fed), elastic=elastic, graph=self.graph.name
             )
@@ -504,12 +503,11 @@ def check_layout(
     (``layout.json``); later ones compare, and a change is an option error naming the option,
     the value given and the one recorded.
     """
-    fs, root = fsspec.core.url_to_fs(state_url)
+    fs, root = filesystem(state_url)
     layout = posixpath.join(root, "layout.json")
     if not fs.exists(layout):
-        fs.makedirs(root, exist_ok=True)
-        with fs.open(layout, "w") as out:
-            out.write(json.dumps({"partitions": partitions, "loops": loops, "elastic": elastic}))
+        first = {"partitions": partitions, "loops": loops, "elastic": elastic}
+        write_atomically(fs, layout, json.dumps(first).encode())
         return
     written = json.loads(fs.cat_file(layout))
     step = f"graph {graph}" if graph else "graph"

@@ -23,14 +23,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import fsspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from flamestream.errors import FlameStreamError
 from flamestream.model import END_OF_TIME, GlobalTime, Meta, invalidates
+from flamestream.spark.durable import QueryCheckpoint, filesystem, numbered, write_atomically
 from flamestream.spark.front import OFFSET_VERSIONS, FrontOffset
 from flamestream.spark.items import MAY_INVALIDATE, TOMBSTONE, decode_trace
+from flamestream.spark.loop import AckTable, loops_enabled
 
 #: Batches of staging and pending files kept behind the newest commit (for inspection).
 KEEP_BATCHES = 2
@@ -63,22 +64,17 @@ def front_offsets(checkpoint: str, batch_id: int) -> list[dict[str, Any]]:
     Every line of the offset log after the first two is one source's end offset; lines that
     are not flamestream front offsets belong to other sources and are skipped.
     """
-    fs, root = fsspec.core.url_to_fs(checkpoint)
-    path = posixpath.join(root, "offsets", str(batch_id))
-    try:
-        lines = fs.cat_file(path).decode().splitlines()
-    except FileNotFoundError:
+    log = QueryCheckpoint(checkpoint)
+    offsets = log.source_offsets(batch_id)
+    if offsets is None:
+        path = log.offset_path(batch_id)
         msg = f"sink: no offset log {path}; is checkpointLocation the query's checkpoint?"
-        raise FlameStreamError(msg) from None
-    offsets = []
-    for line in lines[2:]:
-        try:
-            offset = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(offset, dict) and offset.get("flamestream") in OFFSET_VERSIONS:
-            offsets.append(offset)
-    return offsets
+        raise FlameStreamError(msg)
+    return [
+        offset
+        for offset in offsets
+        if isinstance(offset, dict) and offset.get("flamestream") in OFFSET_VERSIONS
+    ]
 
 
 def read_min_time(checkpoint: str, batch_id: int, *, in_task: bool = False) -> GlobalTime:
@@ -93,8 +89,6 @@ def read_min_time(checkpoint: str, batch_id: int, *, in_task: bool = False) -> G
     loop are known: with loop fronts that is the min-time after the previous batch (what
     this batch sends descends from items at or above it); without, it is the same answer.
     """
-    from flamestream.spark.loop import AckTable, graph_state_url, loops_enabled
-
     loops = loops_enabled(checkpoint)
     if in_task and loops:
         return read_min_time(checkpoint, batch_id - 1) if batch_id > 0 else GlobalTime(0, 0)
@@ -110,7 +104,7 @@ def read_min_time(checkpoint: str, batch_id: int, *, in_task: bool = False) -> G
         )
         raise FlameStreamError(msg)
     if loops:
-        in_flight = AckTable(graph_state_url(checkpoint)).least(batch_id)
+        in_flight = AckTable(QueryCheckpoint(checkpoint).graph_url).least(batch_id)
         if in_flight is not None:
             reports.append(in_flight)
     return min(reports)
@@ -123,8 +117,7 @@ class BarrierStore:
         self.url = url.rstrip("/")
 
     def _fs(self) -> tuple[Any, str]:
-        fs, root = fsspec.core.url_to_fs(self.url)
-        return fs, root
+        return filesystem(self.url)
 
     # --- executors ---------------------------------------------------------------------
 
@@ -200,7 +193,7 @@ class BarrierStore:
             "pendingPath": pending_path,
             "dropped": dropped,
         }
-        _write_bytes(fs, marker, json.dumps(record).encode())
+        write_atomically(fs, marker, json.dumps(record).encode())
         self._collect(fs, root, batch_id)
         return CommitOutcome(batch_id, min_time, released_rows, pending_rows, False, dropped)
 
@@ -212,13 +205,7 @@ class BarrierStore:
 
     def _previous_marker(self, fs: Any, root: str, before: int | None) -> dict[str, Any] | None:
         folder = posixpath.join(root, "commits")
-        if not fs.exists(folder):
-            return None
-        batches = sorted(
-            int(posixpath.basename(p).split(".")[0])
-            for p in fs.ls(folder, detail=False)
-            if p.endswith(".json")
-        )
+        batches = numbered(fs, folder, ".json")
         earlier = [b for b in batches if before is None or b < before]
         if not earlier:
             return None
@@ -298,19 +285,8 @@ def _write_arrow(fs: Any, path: str, table: pa.Table) -> None:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
-    _write_bytes(fs, path, sink.getvalue().to_pybytes())
+    write_atomically(fs, path, sink.getvalue().to_pybytes())
 
 
 def _read_arrow(fs: Any, path: str) -> pa.Table:
     return pa.ipc.open_file(pa.BufferReader(fs.cat_file(path))).read_all()
-
-
-def _write_bytes(fs: Any, path: str, data: bytes) -> None:
-    """Write ``path`` all at once, through a temporary name and a rename.
-
-    Where the file system renames atomically, a crash never leaves half a marker or output.
-    """
-    temporary = path + ".tmp"
-    with fs.open(temporary, "wb") as out:
-        out.write(data)
-    fs.mv(temporary, path)

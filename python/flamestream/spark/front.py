@@ -48,6 +48,7 @@ from flamestream.jvm import Shim, ShimError
 from flamestream.model import MAX_FRONT, GlobalTime
 from flamestream.spark.config import OptionReader
 from flamestream.spark.controller import HISTORY, Budget, Controller
+from flamestream.spark.durable import batch_id_of_task
 from flamestream.spark.faults import crash_point
 
 #: Version of the offset format; bumped on any incompatible change. Version 1 (one shared
@@ -764,12 +765,3 @@ class FrontBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The range's records, stamped."""
         return self.stream.read(partition)
-
-
-def batch_id_of_task() -> int:
-    """The micro-batch a task belongs to (-1 outside streaming)."""
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    value = context.getLocalProperty("streaming.sql.batchId") if context else None
-    return int(value) if value else -1

@@ -25,7 +25,6 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-import fsspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -36,9 +35,15 @@ from flamestream.model import DataItem, GlobalTime, Meta
 from flamestream.runtime.grouping import GroupingState
 from flamestream.runtime.reference import Handler, stateless_handler
 from flamestream.spark.barrier import read_min_time
+from flamestream.spark.durable import (
+    QueryCheckpoint,
+    batch_id_of_task,
+    filesystem,
+    numbered,
+    write_atomically,
+)
 from flamestream.spark.fastpath import Leaving, MapReduceCycle
 from flamestream.spark.faults import crash_point
-from flamestream.spark.front import batch_id_of_task
 from flamestream.spark.items import (
     MAY_INVALIDATE,
     TOMBSTONE,
@@ -47,7 +52,7 @@ from flamestream.spark.items import (
     encode_key,
 )
 from flamestream.spark.layout import Layout, SlotLoads, read_layout, slot_of
-from flamestream.spark.loop import LoopRouter, LoopSpec, LoopStore, graph_state_url
+from flamestream.spark.loop import LoopRouter, LoopSpec, LoopStore
 from flamestream.spark.partitioning import KEY_PARTITION, is_salt
 from flamestream.spark.stages import Exits, Stage, render_default
 
@@ -66,14 +71,11 @@ class StateStore:
         self.url = url.rstrip("/") + "/" + grouping
 
     def _folder(self, partition: int) -> tuple[Any, str]:
-        fs, root = fsspec.core.url_to_fs(self.url)
+        fs, root = filesystem(self.url)
         return fs, posixpath.join(root, f"part-{partition:05d}")
 
     def _versions(self, fs: Any, folder: str) -> list[int]:
-        if not fs.exists(folder):
-            return []
-        names = (posixpath.basename(p) for p in fs.ls(folder, detail=False))
-        return sorted(int(n.split(".")[0]) for n in names if n.endswith(".state"))
+        return numbered(fs, folder, ".state")
 
     def load(self, partition: int, before: int) -> bytes | None:
         """The newest snapshot written by a batch before ``before``, if any."""
@@ -87,11 +89,7 @@ class StateStore:
     def save(self, partition: int, batch_id: int, data: bytes) -> None:
         """Write batch ``batch_id``'s snapshot atomically; drop all but the newest two."""
         fs, folder = self._folder(partition)
-        fs.makedirs(folder, exist_ok=True)
-        target = posixpath.join(folder, f"{batch_id:012d}.state")
-        with fs.open(target + ".tmp", "wb") as out:
-            out.write(data)
-        fs.mv(target + ".tmp", target)
+        write_atomically(fs, posixpath.join(folder, f"{batch_id:012d}.state"), data)
         for old in self._versions(fs, folder)[:-KEEP_SNAPSHOTS]:
             fs.rm(posixpath.join(folder, f"{old:012d}.state"))
 
@@ -122,7 +120,7 @@ def key_partition(batches: list[pa.RecordBatch], grouping: str) -> int:
 
 def state_bytes(checkpoint: str) -> int:
     """Bytes of the newest snapshot of every grouping partition of a query (0: no graph)."""
-    fs, root = fsspec.core.url_to_fs(graph_state_url(checkpoint))
+    fs, root = filesystem(QueryCheckpoint(checkpoint).graph_url)
     newest: dict[str, tuple[str, int]] = {}
     try:
         found = fs.glob(posixpath.join(root, "*", "part-*", "*.state"), detail=True)

@@ -31,11 +31,17 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-import fsspec
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
+from flamestream.spark.durable import (
+    QueryCheckpoint,
+    batch_id_of_task,
+    filesystem,
+    numbered,
+    write_atomically,
+)
 from flamestream.spark.partitioning import SALT_PREFIX, is_salt, landing_keys
 
 #: Slots per key partition: how finely key ranges can be moved.
@@ -155,11 +161,6 @@ def plan_layout(
 # --- where layouts and loads live ---------------------------------------------------------
 
 
-def _fs(url: str) -> tuple[Any, str]:
-    fs, root = fsspec.core.url_to_fs(url)
-    return fs, root
-
-
 _LAYOUTS: dict[tuple[str, int], Layout] = {}
 
 
@@ -169,14 +170,9 @@ def read_layout(checkpoint: str, batch_id: int, partitions: int) -> Layout:
     if cached is not None:
         return cached
     layout = Layout.default(partitions)
-    fs, root = _fs(checkpoint)
-    path = posixpath.join(root, "offsets", str(batch_id))
-    if batch_id >= 0 and fs.exists(path):
-        for line in fs.cat_file(path).decode().splitlines()[2:]:
-            try:
-                offset = json.loads(line)
-            except json.JSONDecodeError:
-                continue
+    offsets = QueryCheckpoint(checkpoint).source_offsets(batch_id) if batch_id >= 0 else None
+    if offsets is not None:
+        for offset in offsets:
             if isinstance(offset, dict) and offset.get("flamestreamLayout") == 1:
                 layout = Layout(int(offset["partitions"]), tuple(offset["assignment"]))
         if len(_LAYOUTS) > 64:
@@ -193,23 +189,22 @@ class SlotLoads:
 
     def write(self, batch_id: int, task: str, loads: Mapping[int, int]) -> None:
         """One task's counts (a retried task overwrites its file)."""
-        fs, root = _fs(self.url)
-        folder = posixpath.join(root, f"{batch_id:012d}")
-        fs.makedirs(folder, exist_ok=True)
-        with fs.open(posixpath.join(folder, f"{task}.json"), "w") as out:
-            out.write(json.dumps({str(k): v for k, v in sorted(loads.items())}))
+        fs, root = filesystem(self.url)
+        path = posixpath.join(root, f"{batch_id:012d}", f"{task}.json")
+        data = json.dumps({str(k): v for k, v in sorted(loads.items())}).encode()
+        write_atomically(fs, path, data, racing=True)
 
     def forget_before(self, batch_id: int) -> None:
         """Remove the counts of batches before ``batch_id`` (the control front, once judged)."""
-        fs, root = _fs(self.url)
-        for old in self._batches(fs, root):
+        fs, root = filesystem(self.url)
+        for old in numbered(fs, root):
             if old < batch_id:
                 with contextlib.suppress(FileNotFoundError):
                     fs.rm(posixpath.join(root, f"{old:012d}"), recursive=True)
 
     def read(self, batch_id: int) -> dict[int, int] | None:
         """All tasks' counts of a batch summed (None if no task wrote any)."""
-        fs, root = _fs(self.url)
+        fs, root = filesystem(self.url)
         folder = posixpath.join(root, f"{batch_id:012d}")
         if not fs.exists(folder):
             return None
@@ -219,12 +214,6 @@ class SlotLoads:
                 for slot, items in json.loads(fs.cat_file(path)).items():
                     total[int(slot)] = total.get(int(slot), 0) + int(items)
         return total
-
-    def _batches(self, fs: Any, root: str) -> list[int]:
-        if not fs.exists(root):
-            return []
-        names = (posixpath.basename(p) for p in fs.ls(root, detail=False))
-        return sorted(int(n) for n in names if n.isdigit())
 
 
 def route_rows(layout: Layout, keys: pa.Array) -> pa.Array:
@@ -241,8 +230,6 @@ class Router:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Each batch with ``route`` appended."""
-        from flamestream.spark.front import batch_id_of_task
-
         layout = read_layout(self.checkpoint, batch_id_of_task(), self.partitions)
         for batch in batches:
             route = route_rows(layout, batch.column("key"))
@@ -274,14 +261,13 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: Any = None) -> dict[str, Any]:
         """The layout for the next batch: a new one only when the last batch's loads say so."""
-        from flamestream.spark.loop import last_committed_batch
-
         current = Layout(int(start["partitions"]), tuple(start["assignment"]))
-        last = last_committed_batch(self.checkpoint)
+        checkpoint = QueryCheckpoint(self.checkpoint)
+        last = checkpoint.last_committed_batch()
         if last <= self._judged:
             return start
         self._judged = last
-        store = SlotLoads(self.checkpoint.rstrip("/") + "/flamestream-graph")
+        store = SlotLoads(checkpoint.graph_url)
         loads = store.read(last)
         store.forget_before(last)
         if not loads:

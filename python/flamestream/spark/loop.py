@@ -37,18 +37,23 @@ import hashlib
 import json
 import posixpath
 import struct
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import fsspec
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
 from flamestream.errors import StepError
 from flamestream.model import DataItem, GlobalTime
+from flamestream.spark.durable import (
+    QueryCheckpoint,
+    batch_id_of_task,
+    filesystem,
+    numbered,
+    write_atomically,
+)
 from flamestream.spark.faults import crash_point
 from flamestream.spark.items import (
     ITEM_SCHEMA,
@@ -70,11 +75,6 @@ KEEP_BATCHES = 3
 Xors = dict[tuple[int, int], int]
 
 
-def graph_state_url(checkpoint: str) -> str:
-    """Where a query's graph keeps its state, loop and ack table: under its checkpoint."""
-    return checkpoint.rstrip("/") + "/flamestream-graph"
-
-
 def loop_item_xors(table: pa.Table) -> Xors:
     """Per global time, the XOR of the ids of ``table``'s item rows.
 
@@ -92,27 +92,6 @@ def loop_item_xors(table: pa.Table) -> Xors:
     return xors
 
 
-def _fs(url: str) -> tuple[Any, str]:
-    fs, root = fsspec.core.url_to_fs(url)
-    return fs, root
-
-
-def _write(fs: Any, path: str, data: bytes) -> None:
-    """Write through a unique temporary name and a rename (writers may race: same bytes)."""
-    fs.makedirs(posixpath.dirname(path), exist_ok=True)
-    temporary = f"{path}.{uuid.uuid4().hex}.tmp"
-    with fs.open(temporary, "wb") as out:
-        out.write(data)
-    fs.mv(temporary, path)
-
-
-def _batches(fs: Any, folder: str) -> list[int]:
-    if not fs.exists(folder):
-        return []
-    names = (posixpath.basename(p.rstrip("/")) for p in fs.ls(folder, detail=False))
-    return sorted(int(n) for n in names if n.isdigit())
-
-
 class AckTable:
     """The ack table of a graph's loop fronts (see the module docstring)."""
 
@@ -124,29 +103,21 @@ class AckTable:
         slots = [[ts, front, value] for (ts, front), value in sorted(xors.items()) if value]
         if not slots:
             return
-        fs, root = _fs(self.url)
-        _write(fs, posixpath.join(root, str(batch_id), f"{name}.json"), json.dumps(slots).encode())
+        fs, root = filesystem(self.url)
+        path = posixpath.join(root, str(batch_id), f"{name}.json")
+        write_atomically(fs, path, json.dumps(slots).encode(), racing=True)
 
     def after(self, batch_id: int) -> Xors:
         """The table after ``batch_id``: non-zero slots only. Needs the batch's tasks done."""
-        fs, root = _fs(self.url)
+        fs, root = filesystem(self.url)
         cached = posixpath.join(root, "table", f"{batch_id:012d}.json")
         if fs.exists(cached):
             return _parse(fs.cat_file(cached))
-        tables = posixpath.join(root, "table")
-        earlier = (
-            [
-                int(posixpath.basename(p).split(".")[0])
-                for p in fs.ls(tables, detail=False)
-                if p.endswith(".json")
-            ]
-            if fs.exists(tables)
-            else []
-        )
+        earlier = numbered(fs, posixpath.join(root, "table"), ".json")
         known = max((b for b in earlier if b < batch_id), default=None)
         table: Xors = {} if known is None else self.after(known)
         first = -1 if known is None else known
-        for batch in _batches(fs, root):
+        for batch in numbered(fs, root):
             if first < batch <= batch_id:
                 folder = posixpath.join(root, str(batch))
                 for path in sorted(fs.ls(folder, detail=False)):
@@ -155,7 +126,7 @@ class AckTable:
                             table[slot] = table.get(slot, 0) ^ value
         table = {slot: value for slot, value in table.items() if value}
         slots = [[ts, front, value] for (ts, front), value in sorted(table.items())]
-        _write(fs, cached, json.dumps(slots).encode())
+        write_atomically(fs, cached, json.dumps(slots).encode(), racing=True)
         return table
 
     def least(self, batch_id: int) -> GlobalTime | None:
@@ -171,16 +142,14 @@ class AckTable:
         if before <= 0:
             return
         self.after(before - 1)  # cached first: later tables start from it
-        fs, root = _fs(self.url)
-        for batch in _batches(fs, root):
+        fs, root = filesystem(self.url)
+        for batch in numbered(fs, root):
             if batch < before:
                 fs.rm(posixpath.join(root, str(batch)), recursive=True)
         tables = posixpath.join(root, "table")
-        if fs.exists(tables):
-            cached = sorted(p for p in fs.ls(tables, detail=False) if p.endswith(".json"))
-            old = [p for p in cached if int(posixpath.basename(p).split(".")[0]) < before]
-            for path in old[:-1]:
-                fs.rm(path)
+        old = [batch for batch in numbered(fs, tables, ".json") if batch < before]
+        for batch in old[:-1]:
+            fs.rm(posixpath.join(tables, f"{batch:012d}.json"))
 
 
 def _parse(data: bytes) -> Xors:
@@ -201,15 +170,16 @@ class LoopStore:
         sink = pa.BufferOutputStream()
         with pa.ipc.new_file(sink, ITEM_SCHEMA) as writer:
             writer.write_table(table)
-        fs, root = _fs(self.url)
-        _write(fs, posixpath.join(root, str(batch_id), f"{task}.arrow"), sink.getvalue())
+        fs, root = filesystem(self.url)
+        path = posixpath.join(root, str(batch_id), f"{task}.arrow")
+        write_atomically(fs, path, sink.getvalue(), racing=True)
         AckTable(self.state_url).contribute(batch_id, f"send-{task}", loop_item_xors(table))
 
     def files(self, after: int, through: int) -> list[tuple[int, str]]:
         """(batch, path) of the loop files of batches in ``(after, through]``."""
-        fs, root = _fs(self.url)
+        fs, root = filesystem(self.url)
         found = []
-        for batch in _batches(fs, root):
+        for batch in numbered(fs, root):
             if after < batch <= through:
                 folder = posixpath.join(root, str(batch))
                 paths = sorted(p for p in fs.ls(folder, detail=False) if p.endswith(".arrow"))
@@ -218,7 +188,7 @@ class LoopStore:
 
     def receive(self, batch_id: int, path: str) -> pa.Table:
         """Read one loop file in batch ``batch_id`` and record its receipt in the ack table."""
-        fs, _ = _fs(self.url)
+        fs, _ = filesystem(self.url)
         table = pa.ipc.open_file(pa.BufferReader(fs.cat_file(path))).read_all()
         sent_in = posixpath.basename(posixpath.dirname(path))
         name = f"recv-{sent_in}-{posixpath.basename(path).removesuffix('.arrow')}"
@@ -227,20 +197,10 @@ class LoopStore:
 
     def collect(self, before: int) -> None:
         """Delete the loop files of batches before ``before``."""
-        fs, root = _fs(self.url)
-        for batch in _batches(fs, root):
+        fs, root = filesystem(self.url)
+        for batch in numbered(fs, root):
             if batch < before:
                 fs.rm(posixpath.join(root, str(batch)), recursive=True)
-
-
-def last_committed_batch(checkpoint: str) -> int:
-    """The newest batch id in Spark's commit log of the query (-1 if none)."""
-    fs, root = _fs(checkpoint)
-    folder = posixpath.join(root, "commits")
-    if not fs.exists(folder):
-        return -1
-    names = (posixpath.basename(p) for p in fs.ls(folder, detail=False))
-    return max((int(n) for n in names if n.isdigit()), default=-1)
 
 
 @dataclass(frozen=True)
@@ -259,7 +219,7 @@ class LoopReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, checkpoint: str) -> None:
         self.checkpoint = checkpoint
-        self.state_url = graph_state_url(checkpoint)
+        self.state_url = QueryCheckpoint(checkpoint).graph_url
 
     def initialOffset(self) -> dict[str, Any]:
         """Nothing read yet."""
@@ -271,7 +231,7 @@ class LoopReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """Through the newest committed batch that sent items into the loop."""
         after = int(start["through"])
-        committed = last_committed_batch(self.checkpoint)
+        committed = QueryCheckpoint(self.checkpoint).last_committed_batch()
         store = LoopStore(self.state_url)
         files = store.files(after, committed)
         if not files:
@@ -290,8 +250,6 @@ class LoopReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The loop file's items; their receipt goes into the ack table."""
-        from flamestream.spark.front import batch_id_of_task
-
         part: LoopRange = partition.value
         batch_id = batch_id_of_task()
         table = LoopStore(self.state_url).receive(batch_id, part.path)
@@ -403,7 +361,7 @@ def loops_enabled(checkpoint: str) -> bool:
     """Whether the query's graph may send items into a loop front (its layout says so)."""
     known = _LOOPS.get(checkpoint)
     if known is None:
-        fs, root = _fs(graph_state_url(checkpoint))
+        fs, root = filesystem(QueryCheckpoint(checkpoint).graph_url)
         layout = posixpath.join(root, "layout.json")
         known = fs.exists(layout) and bool(json.loads(fs.cat_file(layout)).get("loops"))
         _LOOPS[checkpoint] = known
@@ -417,7 +375,7 @@ class LoopSpec:
     stage: int  #: the stage's index (names its loop files)
     reentry: frozenset[str]  #: steps from which items reach the grouping through merges only
     partitions: int  #: the key partition count
-    state_url: str  #: the graph's state folder (:func:`graph_state_url`)
+    state_url: str  #: the graph's state folder (:attr:`QueryCheckpoint.graph_url`)
 
 
 class LoopWriter:
@@ -439,8 +397,6 @@ class LoopWriter:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Write the task's rows; yield none."""
-        from flamestream.spark.front import batch_id_of_task
-
         rows = [batch for batch in batches if batch.num_rows]
         batch_id = batch_id_of_task()
         if rows and batch_id >= 0:

@@ -44,8 +44,8 @@ from flamestream.spark.barrier import (
     read_min_time,
 )
 from flamestream.spark.config import OptionReader
+from flamestream.spark.durable import QueryCheckpoint, batch_id_of_task
 from flamestream.spark.faults import crash_point
-from flamestream.spark.front import batch_id_of_task
 from flamestream.spark.items import MAY_INVALIDATE, TOMBSTONE
 from flamestream.spark.keyed import state_bytes
 
@@ -113,7 +113,7 @@ class BarrierWriter(DataSourceStreamArrowWriter):
         self.release_in_tasks = options.choice("release", modes, "commit") == "tasks"
         self.checkpoint = options.string("checkpointLocation", required=True)
         self.store = BarrierStore(
-            options.string("stateLocation", self.checkpoint.rstrip("/") + "/flamestream-sink")
+            options.string("stateLocation", QueryCheckpoint(self.checkpoint).sink_url)
         )
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
