@@ -53,7 +53,7 @@ from typing import Any
 from benchmarks.common import Run, local_spark, run_query, timings
 from benchmarks.spark_graphs import chain_expected, chain_graph, word_count_graph
 from benchmarks.spark_passthrough import LINE_BYTES, generate, line
-from flamestream.spark.barrier import front_offsets
+from flamestream.spark.connector.barrier import front_offsets
 from flamestream.spark.durable import QueryCheckpoint
 
 #: The graphs both parts can run (built fresh for every query).

@@ -1,4 +1,4 @@
-"""Controller benchmark: a 10x input-rate step, the elastic controller against fixed read limits.
+"""Controller benchmark: a 10x input-rate step, the admission controller against fixed read limits.
 
 One SparkSession (``local[2]``, 2 shuffle partitions, the JVM shim on when its jar is
 installed: the controller's progress input). Prints one JSON object::
@@ -51,7 +51,7 @@ from typing import Any
 from benchmarks.common import local_spark
 from benchmarks.spark_barrier import linear_fit, percentile, summary_ms
 from benchmarks.spark_graphs import word_count_graph
-from flamestream.spark.barrier import front_offsets
+from flamestream.spark.connector.barrier import front_offsets
 from flamestream.spark.durable import QueryCheckpoint
 
 #: Generator front settings (as the barrier benchmark's latency part).

@@ -1,6 +1,6 @@
 """Spark Kafka benchmark: the flamestream kafka front vs Spark's built-in Kafka source.
 
-One real broker (:class:`flamestream.testing_kafka.KafkaBroker`), one topic of ``--partitions``
+One real broker (:class:`flamestream.testing.kafka.KafkaBroker`), one topic of ``--partitions``
 partitions holding ``--records`` records, one SparkSession (``local[2]``). Both fronts read
 the whole topic with ``Trigger.AvailableNow`` into the same sink (``noop``), so the front is
 what differs; each case runs ``--warmup`` untimed times, then ``--repeat`` timed times,
@@ -41,7 +41,7 @@ from typing import Any
 
 from benchmarks.common import Run, local_spark, run_query, timings
 from benchmarks.spark_passthrough import line
-from flamestream.testing_kafka import KAFKA_VERSION, KafkaBroker
+from flamestream.testing.kafka import KAFKA_VERSION, KafkaBroker
 
 with warnings.catch_warnings():
     # kafka-python reads its protocol schemas with a deprecated importlib.resources API

@@ -55,7 +55,7 @@ from benchmarks.common import local_spark
 from benchmarks.spark_barrier import linear_fit, summary_ms
 from benchmarks.spark_controller import SINK_STATE, Batch, clock_start, git_state, run_lengths
 from benchmarks.spark_graphs import word_count_graph
-from flamestream.spark.barrier import front_offsets
+from flamestream.spark.connector.barrier import front_offsets
 from flamestream.spark.durable import QueryCheckpoint
 
 #: Generator front partitions, and key partitions of the word count's keyed stage.
@@ -141,8 +141,8 @@ def read_checkpoint(ck: Path) -> Checkpoint:
 
 def generated_keys(options: Mapping[str, str], shares: Mapping[str, int]) -> dict[str, list[int]]:
     """Every record's key index, as the generator front makes them (a pure function)."""
-    from flamestream.spark.config import OptionReader
-    from flamestream.spark.front import FrontRange
+    from flamestream.spark.connector.offsets import FrontRange
+    from flamestream.spark.connector.options import OptionReader
     from pyspark_flamestream.fronts.generator import GeneratorSource
 
     source = GeneratorSource(OptionReader("front generator", dict(options)))
@@ -157,9 +157,9 @@ def generated_keys(options: Mapping[str, str], shares: Mapping[str, int]) -> dic
 
 def key_partitions(key_count: int, assignment: Sequence[int] | None) -> list[int]:
     """The keyed partition of each key index: hash partitioning, or a layout's slots."""
-    from flamestream.spark.items import encode_key
-    from flamestream.spark.layout import Layout
-    from flamestream.spark.partitioning import partition_of
+    from flamestream.spark.control.key_layout import Layout
+    from flamestream.spark.exec.items import encode_key
+    from flamestream.spark.exec.partitioning import partition_of
 
     encoded = [encode_key(f"k{i}") for i in range(key_count)]
     if assignment is None:
@@ -170,8 +170,8 @@ def key_partitions(key_count: int, assignment: Sequence[int] | None) -> list[int
 
 def predicted_shares(key_count: int, exponent: float) -> dict[str, float]:
     """The hot keyed partition's share of the items, from the Zipf shares of the keys alone."""
-    from flamestream.spark.items import encode_key
-    from flamestream.spark.layout import Layout, plan_layout, slot_of
+    from flamestream.spark.control.key_layout import Layout, plan_layout, slot_of
+    from flamestream.spark.exec.items import encode_key
     from pyspark_flamestream.fronts.generator import zipf_cdf
 
     cdf = zipf_cdf(key_count, exponent)
@@ -268,7 +268,7 @@ def analyse(
             return hashed
         offset = ck.layouts.get(batch_id)
         if offset is None:  # no control line: the default layout (never expected)
-            from flamestream.spark.layout import Layout
+            from flamestream.spark.control.key_layout import Layout
 
             assignment = Layout.default(KEY_PARTITIONS).assignment
         else:

@@ -25,7 +25,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from flamestream.launcher import worker_python
-from flamestream.spark import faults
+from flamestream.spark.connector import faults
 
 from .sessions import local_session
 

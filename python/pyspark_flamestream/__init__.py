@@ -25,18 +25,18 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from flamestream.jvm import conf_defaults
-from flamestream.spark.config import OptionReader
-from flamestream.spark.front import (
+from flamestream.spark.connector.front import (
     META_FIELDS,
     FrontBatchReader,
     FrontReader,
     FrontSource,
     ReaderConfig,
 )
-from flamestream.spark.items import ITEM_SCHEMA
-from flamestream.spark.layout import EVEN, GAIN, MIN_ITEMS, SKEW, ControlReader, ElasticPolicy
-from flamestream.spark.loop import LoopReader
-from flamestream.spark.sink import BarrierWriter, SinkOutput
+from flamestream.spark.connector.options import OptionReader
+from flamestream.spark.connector.sink import BarrierWriter, SinkOutput
+from flamestream.spark.control.channels import ControlReader, LoopReader
+from flamestream.spark.control.key_layout import EVEN, GAIN, MIN_ITEMS, SKEW, ElasticPolicy
+from flamestream.spark.exec.items import ITEM_SCHEMA
 
 
 def _front_kinds() -> dict[str, Callable[[OptionReader], FrontSource]]:

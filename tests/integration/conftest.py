@@ -1,4 +1,4 @@
-"""Fixtures for tests against a real single-node Kafka broker (see flamestream.testing_kafka)."""
+"""Fixtures for tests against a real single-node Kafka broker (see flamestream.testing.kafka)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from flamestream.testing_kafka import KafkaBroker
+from flamestream.testing.kafka import KafkaBroker
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from flamestream.testing_kafka import (
+from flamestream.testing.kafka import (
     KAFKA_VERSION,
     KafkaBroker,
     KafkaSetupError,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from flamestream.testing_kafka import KafkaBroker
+from flamestream.testing.kafka import KafkaBroker
 
 from ..crash import reachable_in_turn, run_chain, run_unbroken
 from . import kafka_crash_job

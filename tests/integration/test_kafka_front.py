@@ -15,9 +15,9 @@ from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 
 from flamestream.errors import ConfigError, RecordError
-from flamestream.spark.config import OptionReader
-from flamestream.spark.front import FrontRange
-from flamestream.testing_kafka import KafkaBroker
+from flamestream.spark.connector.offsets import FrontRange
+from flamestream.spark.connector.options import OptionReader
+from flamestream.testing.kafka import KafkaBroker
 from pyspark_flamestream.fronts.kafka import CHUNK, KafkaSource
 from tests.spark.conftest import released, run_to_files
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from kafka import KafkaProducer
 from pyspark.sql import SparkSession
 
-from flamestream.testing_kafka import KafkaBroker
+from flamestream.testing.kafka import KafkaBroker
 from tests.spark.conftest import released, run_to_files
 
 from .test_kafka_front import PARTITIONS, kafka_front

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 
 from flamestream.errors import ConfigError
-from flamestream.spark.config import OptionReader
-from flamestream.testing_kafka import KafkaBroker
+from flamestream.spark.connector.options import OptionReader
+from flamestream.testing.kafka import KafkaBroker
 from pyspark_flamestream.sinks.kafka import KafkaOutput
 
 with warnings.catch_warnings():

@@ -18,7 +18,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from flamestream import Dataflow, map_reduce
 from flamestream.spark import apply_graph
-from flamestream.spark.layout import ElasticPolicy
+from flamestream.spark.control.key_layout import ElasticPolicy
 
 from ..crash import job_main
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from flamestream.spark.faults import POINTS
+from flamestream.spark.connector.faults import POINTS
 
 from ..crash import reachable_in_turn, released_so_far_is, run_chain, run_unbroken
 from . import crash_job

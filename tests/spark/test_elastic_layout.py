@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 from flamestream import Dataflow, map_reduce
 from flamestream.examples.components import components
 from flamestream.spark import apply_graph
-from flamestream.spark.layout import ElasticPolicy, Layout
+from flamestream.spark.control.key_layout import ElasticPolicy, Layout
 
 from .conftest import released, run_to_files, write_lines
 from .test_graph_loops import edges

@@ -21,7 +21,7 @@ from flamestream.errors import GraphError
 from flamestream.examples.components import components, labels
 from flamestream.spark import SparkGraph, apply_graph
 from flamestream.spark.durable import QueryCheckpoint
-from flamestream.spark.loop import AckTable
+from flamestream.spark.durable.loop import AckTable
 
 from ..crash import reachable_in_turn, released_so_far_is, run_chain, run_unbroken
 from . import loop_crash_job

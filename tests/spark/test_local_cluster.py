@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from flamestream.spark import faults
+from flamestream.spark.connector import faults
 
 from ..crash import spawn
 from .test_crash_recovery import JOB, job_args, make_input, outputs, unbroken_outputs

@@ -25,7 +25,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from flamestream.spark import apply_graph
-from flamestream.spark.stages import render_default
+from flamestream.spark.exec.stateless import render_default
 from flamestream.testing import run_in_order
 
 from ..random_graphs import ALPHABET, Grown, random_graph

@@ -14,10 +14,11 @@ import pytest
 from flamestream import Dataflow, GlobalTime
 from flamestream.errors import ConfigError, RecordError, StepError, UnhashableKeyError
 from flamestream.runtime import GroupingState, ReferenceRuntime
-from flamestream.spark.config import OptionReader
-from flamestream.spark.front import FrontRange
-from flamestream.spark.items import ITEM_SCHEMA, encode_key, encode_payload
-from flamestream.spark.stages import StageRunner, keyed_entries, plan_stages
+from flamestream.spark.connector.offsets import FrontRange
+from flamestream.spark.connector.options import OptionReader
+from flamestream.spark.exec.items import ITEM_SCHEMA, encode_key, encode_payload
+from flamestream.spark.exec.stateless import StageRunner
+from flamestream.spark.plan.stages import keyed_entries, plan_stages
 from pyspark_flamestream.fronts.files import BLOCK, FilesSource
 from pyspark_flamestream.sinks.files import FilesOutput
 

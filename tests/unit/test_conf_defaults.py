@@ -6,7 +6,7 @@ import pytest
 
 from flamestream.errors import ConfigError
 from flamestream.jvm import Shim, conf_defaults
-from flamestream.spark.config import OptionReader
+from flamestream.spark.connector.options import OptionReader
 
 
 def test_an_option_wins_over_its_conf_and_the_conf_over_the_default() -> None:

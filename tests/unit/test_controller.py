@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flamestream.errors import ConfigError
-from flamestream.spark.config import OptionReader
-from flamestream.spark.controller import (
+from flamestream.spark.connector.options import OptionReader
+from flamestream.spark.control.admission import (
+    AdmissionController,
     Budget,
-    Controller,
     CostModel,
     Memory,
     Tick,
@@ -30,7 +30,7 @@ class Run:
 
     ticks: list[tuple[float, int, float, int, int]]
     backlog_end: int
-    controller: Controller
+    controller: AdmissionController
 
 
 def simulate(
@@ -58,7 +58,7 @@ def simulate(
                 total += (min(t, end) - start) * rate
         return int(total)
 
-    controller = Controller(budget)
+    controller = AdmissionController(budget)
     t, consumed, seq = 0.0, 0, -1
     ticks = []
     while t < seconds:
@@ -117,7 +117,7 @@ def test_decide_keeps_the_budget_and_the_bounds() -> None:
 
 def test_quiet_ticks_do_not_make_a_guess() -> None:
     """Small ticks under the limit measure mostly overhead: no decision from them alone."""
-    controller = Controller(Budget(2000.0, 10, None, 1000))
+    controller = AdmissionController(Budget(2000.0, 10, None, 1000))
     controller.history.extend([Tick(5, 51.0), Tick(5, 51.0)])
     assert controller.next_limit() == 1000 and controller.decisions == 0
     controller.history.extend([Tick(1000, 1900.0)])  # cut by the limit, slow, budget holds
@@ -127,7 +127,7 @@ def test_quiet_ticks_do_not_make_a_guess() -> None:
 
 
 def test_a_binding_limit_with_room_and_no_model_is_lifted() -> None:
-    controller = Controller(Budget(4000.0, 10, 50_000, 1000))
+    controller = AdmissionController(Budget(4000.0, 10, 50_000, 1000))
     controller.history.extend([Tick(1000, 300.0), Tick(1000, 310.0)])  # reached, 0.3 s of 2 s
     assert controller.next_limit() == 50_000 and controller.decisions == 1
     assert "lifted" in controller.log[-1].reason
@@ -156,7 +156,7 @@ def test_an_overrun_from_a_burst_is_cut_in_one_decision() -> None:
 
 
 def test_small_moves_are_not_decisions() -> None:
-    controller = Controller(Budget(2400.0, 10, None, 900))
+    controller = AdmissionController(Budget(2400.0, 10, None, 900))
     controller.history.extend([Tick(100, 300.0), Tick(1000, 1200.0), Tick(500, 700.0)])
     assert controller.next_limit() == 900  # wants 1000
     assert controller.decisions == 0
@@ -168,14 +168,14 @@ def test_small_moves_are_not_decisions() -> None:
 
 
 def test_a_restart_resumes_from_the_offset() -> None:
-    first = Controller(Budget(2400.0, 10, None, 900))
-    second = Controller(Budget(2400.0, 10, None, 900))
+    first = AdmissionController(Budget(2400.0, 10, None, 900))
+    second = AdmissionController(Budget(2400.0, 10, None, 900))
     second.resume({"id": first.id, "limit": 321, "decisions": 4})
     assert (second.id, second.limit, second.decisions) == (first.id, 321, 4)
 
 
 def test_progress_events_replace_own_timings() -> None:
-    controller = Controller(Budget(2400.0, 10, None, 900))
+    controller = AdmissionController(Budget(2400.0, 10, None, 900))
     controller.history.append(Tick(5, 99999.0))
     mine = {"endOffset": json.dumps({"controller": {"id": controller.id}})}
     other = {"endOffset": '{"controller": {"id": "someone-else"}}'}
@@ -200,7 +200,7 @@ def test_over_a_memory_budget_the_limit_halves() -> None:
 
 
 def test_the_sinks_gauges_reach_the_controller_and_shrink_its_limit() -> None:
-    controller = Controller(Budget(2400.0, 10, None, 900, max_buffered_rows=1000))
+    controller = AdmissionController(Budget(2400.0, 10, None, 900, max_buffered_rows=1000))
     controller.history.extend([Tick(900, 1100.0), Tick(900, 1100.0)])
     controller.observe_gauges({"controller.other.bufferedRows": 9e9, "sink.files.x.batch": 3})
     assert controller.memory is None

@@ -25,8 +25,8 @@ from flamestream.graph.mapreduce import Mapped, Reduced
 from flamestream.model import GlobalTime, LocalTime
 from flamestream.runtime.grouping import GroupingState
 from flamestream.spark.apply import SparkGraph
-from flamestream.spark.fastpath import MapReduceCycle
-from flamestream.spark.items import (
+from flamestream.spark.exec.fastpath import MapReduceCycle
+from flamestream.spark.exec.items import (
     ITEM_SCHEMA,
     MAY_INVALIDATE,
     TOMBSTONE,
@@ -34,7 +34,7 @@ from flamestream.spark.items import (
     encode_payload,
     encode_trace,
 )
-from flamestream.spark.keyed import KeyedRunner
+from flamestream.spark.exec.keyed import KeyedRunner
 
 #: Traces an item may carry when it enters the cycle: siblings (child indexes), versions
 #: (logical times) and descendants (longer traces) of one global time.

@@ -19,16 +19,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from flamestream.errors import ConfigError, FlameStreamError, RecordError
 from flamestream.model import GlobalTime
-from flamestream.spark.front import (
-    OFFSET_VERSION,
-    FrontOffset,
-    FrontRange,
-    FrontReader,
-    FrontSource,
-    ReaderConfig,
-    clamp_times,
-    json_field_times,
-)
+from flamestream.spark.connector.front import FrontReader, FrontSource, ReaderConfig
+from flamestream.spark.connector.offsets import OFFSET_VERSION, FrontOffset, FrontRange
+from flamestream.spark.connector.stamping import clamp_times, json_field_times
 
 
 class ListSource(FrontSource):

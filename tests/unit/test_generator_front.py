@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from flamestream.spark.config import OptionReader
+from flamestream.spark.connector.options import OptionReader
 from pyspark_flamestream.fronts.generator import GeneratorSource
 
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from flamestream.errors import ConfigError
-from flamestream.spark.config import OptionReader
+from flamestream.spark.connector.options import OptionReader
 from pyspark_flamestream.fronts.generator import GeneratorSource, RateSchedule
 
 KEYS = ("generator-0", "generator-1")

@@ -9,8 +9,8 @@ from collections import Counter
 import pytest
 
 from flamestream.errors import ConfigError
-from flamestream.spark.config import OptionReader
-from flamestream.spark.front import FrontRange
+from flamestream.spark.connector.offsets import FrontRange
+from flamestream.spark.connector.options import OptionReader
 from pyspark_flamestream.fronts.generator import CHUNK, GeneratorSource, zipf_cdf
 
 

@@ -6,8 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flamestream.runtime import GroupingState
-from flamestream.spark.items import encode_key
-from flamestream.spark.layout import (
+from flamestream.spark.control.key_layout import (
     EVEN,
     MIN_ITEMS,
     SKEW,
@@ -17,7 +16,8 @@ from flamestream.spark.layout import (
     routes,
     slot_of,
 )
-from flamestream.spark.partitioning import partition_of, salts
+from flamestream.spark.exec.items import encode_key
+from flamestream.spark.exec.partitioning import partition_of, salts
 
 from .helpers import item
 

@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from flamestream.model import LocalTime
-from flamestream.spark.barrier import drop_invalidated
-from flamestream.spark.items import (
+from flamestream.spark.connector.barrier import drop_invalidated
+from flamestream.spark.exec.items import (
     MAY_INVALIDATE,
     TOMBSTONE,
     decode_payload,

@@ -49,7 +49,7 @@ def backlog_bytes(progress: dict[str, Any]) -> int:
     if not source.get("latestOffset") or not source.get("endOffset"):
         return 0
     available = json.loads(source["latestOffset"])["available"]
-    from flamestream.spark.front import FrontOffset  # Spark's, like the query itself
+    from flamestream.spark.connector.offsets import FrontOffset
 
     end = FrontOffset.from_json(json.loads(source["endOffset"]))
     read = {front.key: front.position for front in end.fronts}

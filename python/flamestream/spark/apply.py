@@ -30,21 +30,20 @@ from flamestream.errors import ConfigError, GraphError
 from flamestream.graph.dataflow import Dataflow
 from flamestream.graph.logical import LogicalGraph
 from flamestream.graph.steps import Merge, Sink, Source
+from flamestream.spark.control.key_layout import ElasticPolicy
 from flamestream.spark.durable import QueryCheckpoint, filesystem, write_atomically
-from flamestream.spark.items import BYTES_TAG, ITEM_DDL, MAY_INVALIDATE, TEXT_TAG, TOMBSTONE
-from flamestream.spark.keyed import KeyedRunner
-from flamestream.spark.layout import ElasticPolicy, Router
-from flamestream.spark.loop import LoopSpec, LoopWriter
-from flamestream.spark.partitioning import KEY_PARTITION, SALT_PREFIX, salts
-from flamestream.spark.stages import (
+from flamestream.spark.exec.items import BYTES_TAG, ITEM_DDL, MAY_INVALIDATE, TEXT_TAG, TOMBSTONE
+from flamestream.spark.exec.keyed import KeyedRunner
+from flamestream.spark.exec.partitioning import KEY_PARTITION, SALT_PREFIX, salts
+from flamestream.spark.exec.routing import LoopSpec, LoopWriter, Router
+from flamestream.spark.exec.stateless import StageRunner, render_default
+from flamestream.spark.plan.stages import (
     Stage,
-    StageRunner,
     keyed_entries,
     loop_edges,
     plan_stages,
     precombiners,
     reduce_step_of,
-    render_default,
 )
 
 if TYPE_CHECKING:

@@ -25,8 +25,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from flamestream.errors import ConfigError, RecordError
-from flamestream.spark.config import OptionReader
-from flamestream.spark.front import FrontRange, FrontSource, json_field_times
+from flamestream.spark.connector.front import FrontSource
+from flamestream.spark.connector.offsets import FrontRange
+from flamestream.spark.connector.options import OptionReader
+from flamestream.spark.connector.stamping import json_field_times
 
 #: Bytes read per request when scanning files.
 BLOCK = 1 << 20

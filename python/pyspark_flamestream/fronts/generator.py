@@ -35,8 +35,9 @@ from itertools import accumulate
 import pyarrow as pa
 
 from flamestream.errors import ConfigError
-from flamestream.spark.config import OptionReader
-from flamestream.spark.front import FrontRange, FrontSource
+from flamestream.spark.connector.front import FrontSource
+from flamestream.spark.connector.offsets import FrontRange
+from flamestream.spark.connector.options import OptionReader
 
 #: Records per Arrow batch produced by ``read``.
 CHUNK = 8192

@@ -26,8 +26,9 @@ from typing import Any
 import pyarrow as pa
 
 from flamestream.errors import ConfigError, FlameStreamError, RecordError
-from flamestream.spark.config import OptionReader
-from flamestream.spark.front import FrontRange, FrontSource
+from flamestream.spark.connector.front import FrontSource
+from flamestream.spark.connector.offsets import FrontRange
+from flamestream.spark.connector.options import OptionReader
 
 with warnings.catch_warnings():
     # kafka-python 3.0.12 reads its protocol schemas with importlib.resources' legacy API on

@@ -26,8 +26,8 @@ import pyarrow.parquet as pq
 from pyspark import TaskContext
 
 from flamestream.errors import ConfigError
-from flamestream.spark.config import OptionReader
-from flamestream.spark.sink import SinkOutput
+from flamestream.spark.connector.options import OptionReader
+from flamestream.spark.connector.sink import SinkOutput
 
 
 class FilesOutput(SinkOutput):

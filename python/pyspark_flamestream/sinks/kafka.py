@@ -28,9 +28,9 @@ from typing import Any
 import pyarrow as pa
 
 from flamestream.errors import ConfigError
-from flamestream.spark.config import OptionReader
-from flamestream.spark.faults import crash_point
-from flamestream.spark.sink import SinkOutput
+from flamestream.spark.connector.faults import crash_point
+from flamestream.spark.connector.options import OptionReader
+from flamestream.spark.connector.sink import SinkOutput
 
 #: How long broker calls may take before the sink gives up (ms).
 TIMEOUT_MS = 30_000

@@ -27,12 +27,19 @@ import signal
 
 #: The environment variable naming the crash point.
 ENV = "FLAMESTREAM_CRASH_AT"
+
+
 #: The environment variable naming the process group to kill.
 GROUP_ENV = "FLAMESTREAM_CRASH_GROUP"
+
+
 #: Set to ``executor`` to kill only the executor JVM running the task (cluster modes).
 SCOPE_ENV = "FLAMESTREAM_CRASH_SCOPE"
+
+
 #: A file path: crash only if it does not exist yet, and create it (so a retry succeeds).
 ONCE_ENV = "FLAMESTREAM_CRASH_ONCE"
+
 
 POINTS = (
     "front.plan",

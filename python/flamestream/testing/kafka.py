@@ -121,8 +121,8 @@ def default_kafka_jars_dir() -> Path:
 def _find_pom() -> Path | None:
     if env := os.environ.get(POM_ENV):
         return Path(env).expanduser()
-    # python/flamestream/testing_kafka.py -> the checkout's root
-    candidate = Path(__file__).resolve().parents[2] / "integration" / "kafka" / "pom.xml"
+    # python/flamestream/testing/kafka.py -> the checkout's root
+    candidate = Path(__file__).resolve().parents[3] / "integration" / "kafka" / "pom.xml"
     return candidate if candidate.is_file() else None
 
 
@@ -215,7 +215,7 @@ def ensure_kafka_jars(cache_dir: Path | None = None) -> Path:
     pom_version = _pom_kafka_version(pom)
     if pom_version != KAFKA_VERSION:
         msg = (
-            f"{pom} resolves Kafka {pom_version}, but flamestream.testing_kafka expects "
+            f"{pom} resolves Kafka {pom_version}, but flamestream.testing.kafka expects "
             f"{KAFKA_VERSION}. Hint: keep <kafka.version> and KAFKA_VERSION in step"
         )
         raise KafkaSetupError(msg)

@@ -42,8 +42,10 @@ from flamestream.model import LocalTime, Trace
 
 _LOCAL = struct.Struct(">QI")
 
+
 #: Bytes per local time in an encoded trace.
 LOCAL_BYTES = _LOCAL.size
+
 
 #: The columns of an item row between stages.
 ITEM_FIELDS = [
@@ -58,13 +60,20 @@ ITEM_FIELDS = [
     pa.field("payload", pa.binary()),
     pa.field("value", pa.string()),
 ]
+
+
 ITEM_SCHEMA = pa.schema(ITEM_FIELDS)
+
+
 ITEM_DDL = (
     "ts long, front int, trace binary, flags tinyint, source string, position long, "
     "to string, key binary, payload binary, value string"
 )
 
+
 MAY_INVALIDATE = 1
+
+
 TOMBSTONE = 2
 
 
@@ -89,7 +98,11 @@ def decode_trace(data: bytes) -> Trace:
 
 
 TEXT_TAG, BYTES_TAG, PICKLE_TAG = b"s", b"b", b"p"
+
+
 MAPPED_TAG, REDUCED_TAG = b"m", b"r"
+
+
 _PICKLE = pickle.HIGHEST_PROTOCOL
 
 

@@ -25,14 +25,11 @@ The sink's min-time is the least ``(next ts, front id)`` over every front of eve
 
 from __future__ import annotations
 
-import json
-import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
@@ -43,23 +40,21 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from flamestream.errors import ConfigError, FlameStreamError, RecordError
+from flamestream.errors import ConfigError
 from flamestream.jvm import Shim, ShimError
-from flamestream.model import MAX_FRONT, GlobalTime
-from flamestream.spark.config import OptionReader
-from flamestream.spark.controller import HISTORY, Budget, Controller
+from flamestream.model import MAX_FRONT
+from flamestream.spark.connector.faults import crash_point
+from flamestream.spark.connector.offsets import (
+    OFFSET_VERSION,
+    FrontOffset,
+    FrontRange,
+    FrontState,
+    OffsetError,
+)
+from flamestream.spark.connector.options import OptionReader
+from flamestream.spark.connector.stamping import CLOCKS, clamp_times
+from flamestream.spark.control.admission import HISTORY, AdmissionController, Budget
 from flamestream.spark.durable import batch_id_of_task
-from flamestream.spark.faults import crash_point
-
-#: Version of the offset format; bumped on any incompatible change. Version 1 (one shared
-#: ``base``/``horizon`` per source, fronts ``[key, id, position]``) is still read: a
-#: checkpoint written by it resumes, and its last batch replays exactly as it was stamped.
-OFFSET_VERSION = 2
-#: Every offset version this module reads.
-OFFSET_VERSIONS = (1, 2)
-
-#: The stamping modes (option ``clock``).
-CLOCKS = ("wall", "logical", "record")
 
 #: Columns every front emits first, before its own payload columns.
 META_FIELDS = [
@@ -68,192 +63,9 @@ META_FIELDS = [
     pa.field("source", pa.string(), nullable=False),
     pa.field("position", pa.int64(), nullable=False),
 ]
+
+
 META_DDL = "ts long, front int, source string, position long"
-
-
-class OffsetError(FlameStreamError):
-    """The checkpoint's offsets do not fit this source (another query's, or input gone)."""
-
-
-@dataclass(frozen=True)
-class FrontState:
-    """One source as the offset records it."""
-
-    key: str
-    front: int
-    position: int
-    #: the front's report: every record it stamps later gets a ts at or above it
-    next: int = 0
-
-
-@dataclass(frozen=True)
-class FrontOffset:
-    """The whole offset of a flamestream source; ``to_json`` is what Spark checkpoints."""
-
-    kind: str
-    id_base: int
-    #: the planning clock in µs (``clock=wall``; 0 otherwise): fronts stamp from at least it
-    base: int
-    #: the largest next ts of the fronts so far: where a front first seen later starts
-    horizon: int
-    fronts: tuple[FrontState, ...]
-    extra: tuple[tuple[str, Any], ...] = ()
-    #: How many batches this source has planned before this one (-1: none yet).
-    seq: int = -1
-    #: start positions of the fronts first seen in this batch
-    first_seen: tuple[tuple[str, int], ...] = ()
-    #: the stamping mode the batch was planned with (``clock``)
-    clock: str = "wall"
-    #: the offset format this was read from (1: one base for every front of the batch)
-    version: int = OFFSET_VERSION
-
-    def to_json(self) -> dict[str, Any]:
-        """A dict with a stable key order (Spark compares and logs it verbatim)."""
-        return {
-            "flamestream": OFFSET_VERSION,
-            "front": self.kind,
-            "seq": self.seq,
-            "idBase": self.id_base,
-            "clock": self.clock,
-            "base": self.base,
-            "horizon": self.horizon,
-            "fronts": [[f.key, f.front, f.position, f.next] for f in self.fronts],
-            "firstSeen": [[k, p] for k, p in self.first_seen],
-            **dict(self.extra),
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> FrontOffset:
-        """Parse what :meth:`to_json` produced (possibly read back from the offset log).
-
-        A version 1 offset reads as fronts that all report its horizon.
-        """
-        version = data.get("flamestream") if isinstance(data, Mapping) else None
-        if version not in OFFSET_VERSIONS:
-            msg = f"not a flamestream offset (versions {OFFSET_VERSIONS}): {data!r}"
-            raise ValueError(msg)
-        known = {
-            "flamestream",
-            "front",
-            "seq",
-            "idBase",
-            "clock",
-            "base",
-            "horizon",
-            "fronts",
-            "firstSeen",
-        }
-        horizon = int(data["horizon"])
-        if version == 1:
-            fronts = tuple(
-                FrontState(str(k), int(f), int(p), horizon) for k, f, p in data["fronts"]
-            )
-        else:
-            fronts = tuple(
-                FrontState(str(k), int(f), int(p), int(n)) for k, f, p, n in data["fronts"]
-            )
-        return cls(
-            kind=str(data["front"]),
-            id_base=int(data["idBase"]),
-            base=int(data["base"]),
-            horizon=horizon,
-            fronts=fronts,
-            extra=tuple((k, v) for k, v in data.items() if k not in known),
-            seq=int(data["seq"]),
-            first_seen=tuple((str(k), int(p)) for k, p in data.get("firstSeen", ())),
-            clock=str(data.get("clock", "wall")),
-            version=int(version),
-        )
-
-    def positions(self) -> dict[str, int]:
-        """Position per source key."""
-        return {f.key: f.position for f in self.fronts}
-
-    def reports(self) -> list[GlobalTime]:
-        """The least global time each front may still assign, and any front not seen yet."""
-        next_id = max((f.front + 1 for f in self.fronts), default=self.id_base)
-        unseen = GlobalTime(self.horizon, next_id)
-        return [GlobalTime(f.next, f.front) for f in self.fronts] + [unseen]
-
-    @property
-    def report(self) -> GlobalTime:
-        """The least global time any front of this source may still assign."""
-        return min(self.reports())
-
-
-@dataclass(frozen=True)
-class FrontRange:
-    """What one read task reads: a source's records in [start, end), stamped from ``base``.
-
-    ``base`` is the first ts the range may assign: ``ts = base + (position - start)``, or with
-    record times, ``ts = max(record time, previous ts + 1)`` with the first record's previous
-    ts being ``base - 1``.
-    """
-
-    key: str
-    front: int
-    start: int
-    end: int
-    base: int
-    record_time: bool = False
-
-
-def clamp_times(times: Any, floor: int) -> tuple[pa.Array, int]:
-    """Record times clamped monotonic: ``ts_i = max(times_i, ts_{i-1} + 1)``, from ``floor``.
-
-    The first record's previous ts counts as ``floor - 1``.
-    Returns the global times and the next floor (last ts + 1, or ``floor`` if there are none).
-    ``ts_i - i`` is the running maximum of ``times_j - j`` and ``floor``, so it is vectorized.
-
-    >>> ts, after = clamp_times([5, 3, 9, 9], 0)
-    >>> ts.to_pylist(), after
-    ([5, 6, 9, 10], 11)
-    >>> clamp_times([1, 2], 7)[0].to_pylist()
-    [7, 8]
-    """
-    values = np.asarray(times, dtype=np.int64)
-    if not len(values):
-        return pa.array([], pa.int64()), floor
-    index = np.arange(len(values), dtype=np.int64)
-    shifted = np.maximum.accumulate(np.maximum(values - index, floor))
-    ts = shifted + index
-    return pa.array(ts, pa.int64()), int(ts[-1]) + 1
-
-
-def json_field_times(step: str, key: str, field: str, batch: pa.RecordBatch) -> pa.Array:
-    """The numeric ``field`` of each row's ``value`` (a JSON object), as int64 record times.
-
-    Floats are rounded down. A row that is no JSON object, lacks the field or has no number
-    in it raises :class:`RecordError` naming ``step`` and ``(key, position)``.
-
-    >>> batch = pa.record_batch({"position": [0, 9], "value": ['{"t": 5}', '{"t": 7.9}']})
-    >>> json_field_times("front files", "f", "t", batch).to_pylist()
-    [5, 7]
-    """
-    out = []
-    positions = batch.column("position").to_pylist()
-    for position, value in zip(positions, batch.column("value").to_pylist(), strict=True):
-        try:
-            found = _time_value(json.loads(value)[field]) if value is not None else None
-        except (ValueError, TypeError, KeyError, IndexError):
-            found = None
-        if found is None:
-            reason = (
-                f"clock=record takes the record's time from timestampField {field!r}, a number "
-                f"(|t| < 2**62) in a JSON object; found the line {str(value)[:200]!r}"
-            )
-            raise RecordError(step, (key, position), reason, problem="record has no time")
-        out.append(found)
-    return pa.array(out, pa.int64())
-
-
-def _time_value(found: object) -> int | None:
-    """``found`` as a record time (floats rounded down), or None if it is no usable number."""
-    if isinstance(found, bool) or not isinstance(found, int | float):
-        return None
-    if not math.isfinite(found) or abs(found) >= 2**62:
-        return None
-    return math.floor(found)
 
 
 class FrontSource:
@@ -386,7 +198,7 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"wall or logical: records of front {source.kind} have no time of their own",
             )
         self._target: dict[str, int] | None = None  # AvailableNow's end, driver side only
-        self._controller: Controller | None = None  # driver side only
+        self._controller: AdmissionController | None = None  # driver side only
         self._shim: Shim | bool | None = False  # driver side: False = not looked for yet
         #: driver side: per source, what discover last said and when (monotonic) it moved
         self._activity: dict[str, tuple[int, float]] = {}
@@ -573,12 +385,12 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return True
         return self.source.finished(key, end)
 
-    def _control(self, begin: FrontOffset) -> Controller | None:
+    def _control(self, begin: FrontOffset) -> AdmissionController | None:
         """The controller, told that the previous tick ended and what progress says."""
         if self.budget is None:
             return None
         if self._controller is None:
-            self._controller = Controller(self.budget)
+            self._controller = AdmissionController(self.budget)
             self._controller.resume(dict(begin.extra).get("controller"))
         controller = self._controller
         controller.observe_planning(begin.seq)

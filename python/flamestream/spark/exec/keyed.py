@@ -20,7 +20,6 @@ batch id and the state lives for the task only.
 from __future__ import annotations
 
 import gc
-import posixpath
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -34,64 +33,31 @@ from flamestream.graph.steps import Grouping, Step
 from flamestream.model import DataItem, GlobalTime, Meta
 from flamestream.runtime.grouping import GroupingState
 from flamestream.runtime.reference import Handler, stateless_handler
-from flamestream.spark.barrier import read_min_time
+from flamestream.spark.connector.barrier import read_min_time
+from flamestream.spark.connector.faults import crash_point
+from flamestream.spark.control.key_layout import Layout, read_layout, slot_of
 from flamestream.spark.durable import (
-    QueryCheckpoint,
     batch_id_of_task,
-    filesystem,
-    numbered,
-    write_atomically,
 )
-from flamestream.spark.fastpath import Leaving, MapReduceCycle
-from flamestream.spark.faults import crash_point
-from flamestream.spark.items import (
+from flamestream.spark.durable.loop import LoopStore
+from flamestream.spark.durable.slots import SlotLoads
+from flamestream.spark.durable.state import StateStore
+from flamestream.spark.exec.fastpath import Leaving, MapReduceCycle
+from flamestream.spark.exec.items import (
     MAY_INVALIDATE,
     TOMBSTONE,
     decode_payload,
     decode_trace,
     encode_key,
 )
-from flamestream.spark.layout import Layout, SlotLoads, read_layout, slot_of
-from flamestream.spark.loop import LoopRouter, LoopSpec, LoopStore
-from flamestream.spark.partitioning import KEY_PARTITION, is_salt
-from flamestream.spark.stages import Exits, Stage, render_default
+from flamestream.spark.exec.partitioning import KEY_PARTITION, is_salt
+from flamestream.spark.exec.routing import LoopRouter, LoopSpec
+from flamestream.spark.exec.stateless import Exits, render_default
+from flamestream.spark.plan.stages import Stage
 
 #: The item row columns a keyed stage reads (``key`` only routed the shuffle, ``value`` is
 #: for sinks).
 _INPUT_COLUMNS = ("ts", "front", "trace", "flags", "source", "position", "to", "payload")
-
-#: Snapshots kept per partition: the newest, and the one a replay of the newest restores.
-KEEP_SNAPSHOTS = 2
-
-
-class StateStore:
-    """Snapshots of one grouping's partitions, by batch id (any fsspec URL)."""
-
-    def __init__(self, url: str, grouping: str) -> None:
-        self.url = url.rstrip("/") + "/" + grouping
-
-    def _folder(self, partition: int) -> tuple[Any, str]:
-        fs, root = filesystem(self.url)
-        return fs, posixpath.join(root, f"part-{partition:05d}")
-
-    def _versions(self, fs: Any, folder: str) -> list[int]:
-        return numbered(fs, folder, ".state")
-
-    def load(self, partition: int, before: int) -> bytes | None:
-        """The newest snapshot written by a batch before ``before``, if any."""
-        fs, folder = self._folder(partition)
-        earlier = [v for v in self._versions(fs, folder) if v < before]
-        if not earlier:
-            return None
-        data: bytes = fs.cat_file(posixpath.join(folder, f"{earlier[-1]:012d}.state"))
-        return data
-
-    def save(self, partition: int, batch_id: int, data: bytes) -> None:
-        """Write batch ``batch_id``'s snapshot atomically; drop all but the newest two."""
-        fs, folder = self._folder(partition)
-        write_atomically(fs, posixpath.join(folder, f"{batch_id:012d}.state"), data)
-        for old in self._versions(fs, folder)[:-KEEP_SNAPSHOTS]:
-            fs.rm(posixpath.join(folder, f"{old:012d}.state"))
 
 
 def key_partition(batches: list[pa.RecordBatch], grouping: str) -> int:
@@ -116,21 +82,6 @@ def key_partition(batches: list[pa.RecordBatch], grouping: str) -> int:
         )
         raise InvariantError(msg)
     return int(lowest)
-
-
-def state_bytes(checkpoint: str) -> int:
-    """Bytes of the newest snapshot of every grouping partition of a query (0: no graph)."""
-    fs, root = filesystem(QueryCheckpoint(checkpoint).graph_url)
-    newest: dict[str, tuple[str, int]] = {}
-    try:
-        found = fs.glob(posixpath.join(root, "*", "part-*", "*.state"), detail=True)
-    except FileNotFoundError:
-        return 0
-    for path, info in found.items():
-        folder = posixpath.dirname(path)
-        if folder not in newest or path > newest[folder][0]:
-            newest[folder] = (path, int(info.get("size") or 0))
-    return sum(size for _, size in newest.values())
 
 
 class KeyedRunner:

@@ -34,23 +34,17 @@ from pyspark.sql.types import StructType
 
 from flamestream.errors import ConfigError
 from flamestream.jvm import Shim
-from flamestream.spark.barrier import (
-    BarrierStore,
-    CommitOutcome,
-    StagedPart,
-    below,
-    front_offsets,
-    meta_order,
-    read_min_time,
-)
-from flamestream.spark.config import OptionReader
+from flamestream.spark.connector.barrier import below, front_offsets, meta_order, read_min_time
+from flamestream.spark.connector.faults import crash_point
+from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.durable import QueryCheckpoint, batch_id_of_task
-from flamestream.spark.faults import crash_point
-from flamestream.spark.items import MAY_INVALIDATE, TOMBSTONE
-from flamestream.spark.keyed import state_bytes
+from flamestream.spark.durable.barrier import BarrierStore, CommitOutcome, StagedPart
+from flamestream.spark.durable.state import state_bytes
+from flamestream.spark.exec.items import MAY_INVALIDATE, TOMBSTONE
 
 #: ts above this (2001 in µs) come from the wall clock, not ``clock=logical``.
 WALL_CLOCK_FLOOR = 10**15
+
 
 #: Columns a barrier sink needs: the global time of every row.
 REQUIRED_COLUMNS = ("ts", "front")

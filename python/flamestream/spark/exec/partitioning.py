@@ -18,12 +18,16 @@ from __future__ import annotations
 from functools import cache
 
 _MASK = 0xFFFFFFFF
+
+
 _C1, _C2 = 0xCC9E2D51, 0x1B873593
+
 
 #: The column that carries a keyed stage's row's key partition through the shuffle: the
 #: partition is part of the row, so a keyed task's state never depends on where Spark's plan
-#: numbers the task (see :func:`flamestream.spark.keyed.key_partition`).
+#: numbers the task (see :func:`flamestream.spark.exec.keyed.key_partition`).
 KEY_PARTITION = "part"
+
 
 #: Salt keys start with a byte no encoded payload starts with (tags are ``s``, ``b``, ``p``).
 SALT_PREFIX = b"\x00"

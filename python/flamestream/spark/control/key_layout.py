@@ -22,39 +22,37 @@ same offsets, hence the same layout, hence restores the same slots.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import posixpath
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
-
-import pyarrow as pa
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from flamestream.spark.durable import (
     QueryCheckpoint,
-    batch_id_of_task,
-    filesystem,
-    numbered,
-    write_atomically,
 )
-from flamestream.spark.partitioning import SALT_PREFIX, is_salt, landing_keys
+from flamestream.spark.exec.partitioning import SALT_PREFIX, is_salt, landing_keys
 
 #: Slots per key partition: how finely key ranges can be moved.
 SLOTS_PER_PARTITION = 4
+
+
 #: Route values start with this byte (salts, which mark invalidator copies, with ``\\x00``).
 ROUTE_PREFIX = b"\x01"
+
+
 #: A partition carrying more than this times the mean load is hot.
 SKEW = 1.5
+
+
 #: A moved layout goes back to the default once that would carry at most this times the mean
 #: (below SKEW, so that a layout does not flip back and forth at the threshold).
 EVEN = 1.2
+
+
 #: Below this many items in a batch, loads say too little to move anything.
 MIN_ITEMS = 200
+
+
 #: A new packing must cut the hottest partition's load by this factor to be worth a move.
 GAIN = 0.8
 
@@ -158,9 +156,6 @@ def plan_layout(
     )
 
 
-# --- where layouts and loads live ---------------------------------------------------------
-
-
 _LAYOUTS: dict[tuple[str, int], Layout] = {}
 
 
@@ -181,136 +176,10 @@ def read_layout(checkpoint: str, batch_id: int, partitions: int) -> Layout:
     return layout
 
 
-class SlotLoads:
-    """Items per slot per batch, written by the keyed tasks (``<state>/slots/<batch>/``)."""
-
-    def __init__(self, state_url: str) -> None:
-        self.url = state_url.rstrip("/") + "/slots"
-
-    def write(self, batch_id: int, task: str, loads: Mapping[int, int]) -> None:
-        """One task's counts (a retried task overwrites its file)."""
-        fs, root = filesystem(self.url)
-        path = posixpath.join(root, f"{batch_id:012d}", f"{task}.json")
-        data = json.dumps({str(k): v for k, v in sorted(loads.items())}).encode()
-        write_atomically(fs, path, data, racing=True)
-
-    def forget_before(self, batch_id: int) -> None:
-        """Remove the counts of batches before ``batch_id`` (the control front, once judged)."""
-        fs, root = filesystem(self.url)
-        for old in numbered(fs, root):
-            if old < batch_id:
-                with contextlib.suppress(FileNotFoundError):
-                    fs.rm(posixpath.join(root, f"{old:012d}"), recursive=True)
-
-    def read(self, batch_id: int) -> dict[int, int] | None:
-        """All tasks' counts of a batch summed (None if no task wrote any)."""
-        fs, root = filesystem(self.url)
-        folder = posixpath.join(root, f"{batch_id:012d}")
-        if not fs.exists(folder):
-            return None
-        total: dict[int, int] = {}
-        for path in fs.ls(folder, detail=False):
-            if path.endswith(".json"):
-                for slot, items in json.loads(fs.cat_file(path)).items():
-                    total[int(slot)] = total.get(int(slot), 0) + int(items)
-        return total
-
-
-def route_rows(layout: Layout, keys: pa.Array) -> pa.Array:
-    """The ``route`` column for a ``key`` column under ``layout``."""
-    return pa.array([layout.route(k) for k in keys.to_pylist()], pa.binary())
-
-
-class Router:
-    """``mapInArrow`` in front of an elastic keyed stage's shuffle: adds the ``route`` column."""
-
-    def __init__(self, checkpoint: str, partitions: int) -> None:
-        self.checkpoint = checkpoint
-        self.partitions = partitions
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Each batch with ``route`` appended."""
-        layout = read_layout(self.checkpoint, batch_id_of_task(), self.partitions)
-        for batch in batches:
-            route = route_rows(layout, batch.column("key"))
-            yield pa.RecordBatch.from_arrays(
-                [*batch.columns, route], names=[*batch.schema.names, "route"]
-            )
-
-
-# --- the control front ----------------------------------------------------------------------
-
-
-class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """The control front: no rows; its offset is the layout of the batch (see module doc)."""
-
-    def __init__(
-        self, checkpoint: str, partitions: int, policy: ElasticPolicy | None = None
-    ) -> None:
-        self.checkpoint = checkpoint
-        self.key_partitions = partitions
-        self.policy = policy or ElasticPolicy()
-        self._judged = -1  # the newest batch whose loads were judged (driver side)
-
-    def initialOffset(self) -> dict[str, Any]:
-        """The default layout."""
-        return _offset(Layout.default(self.key_partitions), 0, "default")
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        """Nothing to fix: a layout decision is the only thing that moves this offset."""
-
-    def latestOffset(self, start: dict[str, Any], limit: Any = None) -> dict[str, Any]:
-        """The layout for the next batch: a new one only when the last batch's loads say so."""
-        current = Layout(int(start["partitions"]), tuple(start["assignment"]))
-        checkpoint = QueryCheckpoint(self.checkpoint)
-        last = checkpoint.last_committed_batch()
-        if last <= self._judged:
-            return start
-        self._judged = last
-        store = SlotLoads(checkpoint.graph_url)
-        loads = store.read(last)
-        store.forget_before(last)
-        if not loads:
-            return start
-        better, reason = plan_layout(current, loads, self.policy)
-        if better is None:
-            return start
-        return _offset(better, int(start["decisions"]) + 1, f"after batch {last}: {reason}")
-
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        """Nothing to read."""
-        return []
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Never called (no partitions)."""
-        return iter(())
-
-    def commit(self, end: dict[str, Any]) -> None:
-        """Nothing to do: the layout lives in Spark's offset log."""
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_judged"] = -1
-        return state
-
-
-def _offset(layout: Layout, decisions: int, reason: str) -> dict[str, Any]:
-    return {
-        "flamestreamLayout": 1,
-        "partitions": layout.partitions,
-        "assignment": list(layout.assignment),
-        "decisions": decisions,
-        "reason": reason,
-    }
-
-
 __all__ = [
     "SALT_PREFIX",
-    "ControlReader",
     "ElasticPolicy",
     "Layout",
-    "Router",
-    "SlotLoads",
     "plan_layout",
     "read_layout",
     "routes",

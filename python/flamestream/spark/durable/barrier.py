@@ -26,12 +26,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from flamestream.errors import FlameStreamError
-from flamestream.model import END_OF_TIME, GlobalTime, Meta, invalidates
-from flamestream.spark.durable import QueryCheckpoint, filesystem, numbered, write_atomically
-from flamestream.spark.front import OFFSET_VERSIONS, FrontOffset
-from flamestream.spark.items import MAY_INVALIDATE, TOMBSTONE, decode_trace
-from flamestream.spark.loop import AckTable, loops_enabled
+from flamestream.model import GlobalTime
+from flamestream.spark.connector.barrier import below, drop_invalidated, meta_order
+from flamestream.spark.durable import filesystem, numbered, write_atomically
 
 #: Batches of staging and pending files kept behind the newest commit (for inspection).
 KEEP_BATCHES = 2
@@ -56,58 +53,6 @@ class CommitOutcome:
     skipped: bool
     #: rows the batch's commit dropped as invalidated (and tombstones)
     dropped: int = 0
-
-
-def front_offsets(checkpoint: str, batch_id: int) -> list[dict[str, Any]]:
-    """The end offsets of the query's flamestream fronts for ``batch_id``, from the offset log.
-
-    Every line of the offset log after the first two is one source's end offset; lines that
-    are not flamestream front offsets belong to other sources and are skipped.
-    """
-    log = QueryCheckpoint(checkpoint)
-    offsets = log.source_offsets(batch_id)
-    if offsets is None:
-        path = log.offset_path(batch_id)
-        msg = f"sink: no offset log {path}; is checkpointLocation the query's checkpoint?"
-        raise FlameStreamError(msg)
-    return [
-        offset
-        for offset in offsets
-        if isinstance(offset, dict) and offset.get("flamestream") in OFFSET_VERSIONS
-    ]
-
-
-def read_min_time(checkpoint: str, batch_id: int, *, in_task: bool = False) -> GlobalTime:
-    """The min-time after ``batch_id``: the fronts' least report and the ack table's least.
-
-    The fronts are every front of the query's flamestream sources: each reports ``(its next
-    ts, its id)``, and each source also ``(its horizon, its next unused id)`` for the fronts
-    it has not seen yet (:meth:`FrontOffset.reports`). The ack table (graphs with loop fronts
-    only) holds the global times still in flight in a loop.
-
-    ``in_task=True`` asks from inside the batch's tasks, before the batch's own sends into a
-    loop are known: with loop fronts that is the min-time after the previous batch (what
-    this batch sends descends from items at or above it); without, it is the same answer.
-    """
-    loops = loops_enabled(checkpoint)
-    if in_task and loops:
-        return read_min_time(checkpoint, batch_id - 1) if batch_id > 0 else GlobalTime(0, 0)
-    reports = [
-        report
-        for offset in front_offsets(checkpoint, batch_id)
-        for report in FrontOffset.from_json(offset).reports()
-    ]
-    if not reports:
-        msg = (
-            f"sink: batch {batch_id} has no flamestream front; a barrier sink needs the "
-            "query to read from format('flamestream') fronts (their reports give the min-time)"
-        )
-        raise FlameStreamError(msg)
-    if loops:
-        in_flight = AckTable(QueryCheckpoint(checkpoint).graph_url).least(batch_id)
-        if in_flight is not None:
-            reports.append(in_flight)
-    return min(reports)
 
 
 class BarrierStore:
@@ -224,61 +169,6 @@ class BarrierStore:
                 name = posixpath.basename(path).split(".")[0]
                 if name.isdigit() and int(name) < batch_id - KEEP_BATCHES:
                     fs.rm(path, recursive=True)
-
-
-def drop_invalidated(table: pa.Table) -> pa.Table:
-    """``table`` without tombstones and without rows a newer version in it invalidates.
-
-    Graph outputs carry ``flags`` and ``trace`` (:mod:`flamestream.spark.items`). Only rows
-    flagged may-invalidate can invalidate, and only rows of their own global time, so rows
-    are compared within the global times that have a flagged row; the rest pass untouched.
-    A victim always reaches the sink before the min-time passes its global time, so it is
-    either here (pending or new) or arrives later and is dropped here then.
-    """
-    if "flags" not in table.column_names or not table.num_rows:
-        return table
-    flags = table.column("flags")
-    flagged = pc.not_equal(pc.bit_wise_and(flags, MAY_INVALIDATE | TOMBSTONE), 0)
-    if not pc.any(flagged).as_py():
-        return table
-    ts, fronts = table.column("ts").to_pylist(), table.column("front").to_pylist()
-    flag_list, traces = flags.to_pylist(), table.column("trace").to_pylist()
-    times = {(ts[i], fronts[i]) for i, f in enumerate(flagged.to_pylist()) if f}
-    groups: dict[tuple[int, int], list[int]] = {}
-    for i, time in enumerate(zip(ts, fronts, strict=True)):
-        if time in times:
-            groups.setdefault(time, []).append(i)
-    keep = [True] * table.num_rows
-    for time, rows in groups.items():
-        metas = {i: Meta(GlobalTime(*time), decode_trace(traces[i])) for i in rows}
-        newer = [i for i in rows if flag_list[i] & MAY_INVALIDATE]
-        for i in rows:
-            if flag_list[i] & TOMBSTONE or any(invalidates(metas[j], metas[i]) for j in newer):
-                keep[i] = False
-    return table.filter(pa.array(keep))
-
-
-def meta_order(table: pa.Table) -> list[tuple[str, str]]:
-    """Sort keys putting rows in meta order: global time, then the trace if rows carry one.
-
-    Graph outputs (:mod:`flamestream.spark.apply`) carry ``trace`` encoded so that byte order
-    is trace order; items of one global time (a flat_map's outputs) are then ordered as the
-    model orders them, whatever the partitioning.
-    """
-    keys = [("ts", "ascending"), ("front", "ascending")]
-    if "trace" in table.column_names:
-        keys.append(("trace", "ascending"))
-    return keys
-
-
-def below(table: pa.Table, min_time: GlobalTime) -> pa.Array:
-    """Rows whose global time (ts, front) is below ``min_time``."""
-    if min_time == END_OF_TIME:
-        return pa.repeat(True, table.num_rows)
-    ts, front = table.column("ts"), table.column("front")
-    earlier = pc.less(ts, min_time.ts)
-    same_ts = pc.and_(pc.equal(ts, min_time.ts), pc.less(front, min_time.front))
-    return pc.or_(earlier, same_ts)
 
 
 def _write_arrow(fs: Any, path: str, table: pa.Table) -> None:

@@ -1,8 +1,8 @@
-"""The elastic controller: read limits from declared budgets, decided every tick.
+"""The admission controller: read limits from declared budgets, decided every tick.
 
 A tick is a micro-batch. Before planning tick ``k`` the front's reader process asks its
-:class:`Controller` for the tick's read limit (records over all fronts of the source, shared as
-``maxRecordsPerTrigger`` is). The controller fits a cost model to the ticks it has seen
+:class:`AdmissionController` for the tick's read limit (records over all fronts of the source,
+shared as ``maxRecordsPerTrigger`` is). The controller fits a cost model to the ticks it has seen
 (``duration = overhead + per_row * rows``) and picks the largest batch whose duration fits half
 the latency budget: a record then waits at most one tick to be read and one to be processed
 and released. That is DS2's idea (compute the rate that meets the target from measured true
@@ -28,20 +28,31 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from flamestream.spark.config import OptionReader
+from flamestream.spark.connector.options import OptionReader
 
 log = logging.getLogger("flamestream.controller")
 
+
 #: Ticks the cost model is fitted to.
 HISTORY = 6
+
+
 #: A new limit within this factor of the current one is not a decision (hysteresis).
 DEADBAND = 1.25
+
+
 #: Batch sizes must differ by this factor before overhead and per-row cost are told apart.
 SPREAD = 2.0
+
+
 #: The share of a tick's time guessed to be fixed overhead, before an exact fit.
 GUESSED_OVERHEAD = 0.8
+
+
 #: How many standard errors the fitted per-row cost must be above zero to be trusted.
 SIGNIFICANCE = 4.0
+
+
 #: The read limit standing for "no limit" (Spark's ReadMaxRows takes an int).
 UNBOUNDED = 2**31 - 1
 
@@ -201,7 +212,7 @@ def decide(
 
 
 @dataclass
-class Controller:
+class AdmissionController:
     """One front reader's controller (lives in the reader's driver-side process)."""
 
     budget: Budget

@@ -2,7 +2,7 @@
 
 A keyed stage delivers its batch's items one at a time, each to quiescence through the
 grouping's state machine and the stateless steps of the cycle
-(:meth:`KeyedRunner._run <flamestream.spark.keyed.KeyedRunner>`). For map_reduce's cycle
+(:meth:`KeyedRunner._run <flamestream.spark.exec.keyed.KeyedRunner>`). For map_reduce's cycle
 (merge -> grouping(2, by key) -> filter -> reduce -> broadcast -> back to the merge) an
 item that arrives *in order* always takes the same path, so its outcome can be written down
 instead of interpreted. A mapped item ``x`` with trace ``T`` whose key's bucket ends below it:
@@ -45,7 +45,7 @@ from flamestream.graph.mapreduce import Mapped, _ends_with_mapped, _ReduceStep
 from flamestream.graph.steps import Broadcast, Filter, Grouping, Map, Merge
 from flamestream.model import DataItem, GlobalTime, LocalTime, Meta
 from flamestream.runtime.grouping import Bucket, GroupingState
-from flamestream.spark.items import (
+from flamestream.spark.exec.items import (
     MAPPED_TAG,
     MAY_INVALIDATE,
     TOMBSTONE,
@@ -53,10 +53,15 @@ from flamestream.spark.items import (
     decode_trace,
     encode_trace,
 )
-from flamestream.spark.stages import Exits, Stage
+from flamestream.spark.exec.stateless import Exits
+from flamestream.spark.plan.stages import Stage
 
 _LOCAL = struct.Struct(">QI")
+
+
 _L00 = LocalTime(0, 0)
+
+
 #: How map_reduce's grouping keys items (``attrgetter("key")``), as ``repr`` shows it.
 _KEY_REPR = repr(attrgetter("key"))
 

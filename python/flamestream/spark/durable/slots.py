@@ -1,0 +1,52 @@
+"""Items per key slot per batch, written by the keyed tasks.
+
+Layout: ``<graph>/slots/<batch>/<task>.json`` (:class:`SlotLoads`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import posixpath
+from collections.abc import Mapping
+
+from flamestream.spark.durable import (
+    filesystem,
+    numbered,
+    write_atomically,
+)
+
+
+class SlotLoads:
+    """Items per slot per batch, written by the keyed tasks (``<state>/slots/<batch>/``)."""
+
+    def __init__(self, state_url: str) -> None:
+        self.url = state_url.rstrip("/") + "/slots"
+
+    def write(self, batch_id: int, task: str, loads: Mapping[int, int]) -> None:
+        """One task's counts (a retried task overwrites its file)."""
+        fs, root = filesystem(self.url)
+        path = posixpath.join(root, f"{batch_id:012d}", f"{task}.json")
+        data = json.dumps({str(k): v for k, v in sorted(loads.items())}).encode()
+        write_atomically(fs, path, data, racing=True)
+
+    def forget_before(self, batch_id: int) -> None:
+        """Remove the counts of batches before ``batch_id`` (the control front, once judged)."""
+        fs, root = filesystem(self.url)
+        for old in numbered(fs, root):
+            if old < batch_id:
+                with contextlib.suppress(FileNotFoundError):
+                    fs.rm(posixpath.join(root, f"{old:012d}"), recursive=True)
+
+    def read(self, batch_id: int) -> dict[int, int] | None:
+        """All tasks' counts of a batch summed (None if no task wrote any)."""
+        fs, root = filesystem(self.url)
+        folder = posixpath.join(root, f"{batch_id:012d}")
+        if not fs.exists(folder):
+            return None
+        total: dict[int, int] = {}
+        for path in fs.ls(folder, detail=False):
+            if path.endswith(".json"):
+                for slot, items in json.loads(fs.cat_file(path)).items():
+                    total[int(slot)] = total.get(int(slot), 0) + int(items)
+        return total

@@ -1,0 +1,64 @@
+"""Grouping state snapshots, per key partition and batch.
+
+Layout: ``<graph>/<grouping>/part-<p>/<batch>.state`` (:class:`StateStore`).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Any
+
+from flamestream.spark.durable import (
+    QueryCheckpoint,
+    filesystem,
+    numbered,
+    write_atomically,
+)
+
+#: Snapshots kept per partition: the newest, and the one a replay of the newest restores.
+KEEP_SNAPSHOTS = 2
+
+
+class StateStore:
+    """Snapshots of one grouping's partitions, by batch id (any fsspec URL)."""
+
+    def __init__(self, url: str, grouping: str) -> None:
+        self.url = url.rstrip("/") + "/" + grouping
+
+    def _folder(self, partition: int) -> tuple[Any, str]:
+        fs, root = filesystem(self.url)
+        return fs, posixpath.join(root, f"part-{partition:05d}")
+
+    def _versions(self, fs: Any, folder: str) -> list[int]:
+        return numbered(fs, folder, ".state")
+
+    def load(self, partition: int, before: int) -> bytes | None:
+        """The newest snapshot written by a batch before ``before``, if any."""
+        fs, folder = self._folder(partition)
+        earlier = [v for v in self._versions(fs, folder) if v < before]
+        if not earlier:
+            return None
+        data: bytes = fs.cat_file(posixpath.join(folder, f"{earlier[-1]:012d}.state"))
+        return data
+
+    def save(self, partition: int, batch_id: int, data: bytes) -> None:
+        """Write batch ``batch_id``'s snapshot atomically; drop all but the newest two."""
+        fs, folder = self._folder(partition)
+        write_atomically(fs, posixpath.join(folder, f"{batch_id:012d}.state"), data)
+        for old in self._versions(fs, folder)[:-KEEP_SNAPSHOTS]:
+            fs.rm(posixpath.join(folder, f"{old:012d}.state"))
+
+
+def state_bytes(checkpoint: str) -> int:
+    """Bytes of the newest snapshot of every grouping partition of a query (0: no graph)."""
+    fs, root = filesystem(QueryCheckpoint(checkpoint).graph_url)
+    newest: dict[str, tuple[str, int]] = {}
+    try:
+        found = fs.glob(posixpath.join(root, "*", "part-*", "*.state"), detail=True)
+    except FileNotFoundError:
+        return 0
+    for path, info in found.items():
+        folder = posixpath.dirname(path)
+        if folder not in newest or path > newest[folder][0]:
+            newest[folder] = (path, int(info.get("size") or 0))
+    return sum(size for _, size in newest.values())
