@@ -64,6 +64,96 @@ def released_rows(out: Path) -> list[dict[str, object]]:
     return rows
 
 
+def prepare(work: Path) -> Path:
+    """A clean working directory with three empty front files; returns the input folder."""
+    for name in ("out", "checkpoint", "in"):
+        shutil.rmtree(work / name, ignore_errors=True)
+    source = work / "in"
+    source.mkdir(parents=True)
+    for name in FRONT_FILES:
+        (source / name).touch()
+    return source
+
+
+def start_query(spark: Any, source: Path, work: Path, limit: int) -> Any:
+    """The main job's query: the files front into the files barrier sink."""
+    df = (
+        spark.readStream.format("flamestream")
+        .option("front", "files")
+        .option("path", str(source))
+        .option("maxRecordsPerTrigger", limit)
+        .load()
+    )
+    return (
+        df.writeStream.format("flamestream")
+        .option("sink", "files")
+        .option("path", str(work / "out"))
+        .option("checkpointLocation", str(work / "checkpoint"))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
+
+
+class ProgressPrinter:
+    """Prints a line per batch that read records, from the query's recent progress."""
+
+    def __init__(self, query: Any, out: Path) -> None:
+        self.query = query
+        self.out = out
+        self.batches: set[int] = set()
+        self.read = 0
+
+    def report(self) -> None:
+        """Print the batches not printed yet."""
+        for progress in self.query.recentProgress:
+            batch = progress["batchId"]
+            if batch in self.batches or not progress["numInputRows"]:
+                continue
+            self.batches.add(batch)
+            self.read += progress["numInputRows"]
+            print(
+                f"  batch {batch:>3}: read {progress['numInputRows']:>3} records, "
+                f"backlog {backlog_bytes(progress):>5} bytes, "
+                f"released so far {len(released_rows(self.out)):>4}"
+            )
+
+
+def watch(query: Any, printer: ProgressPrinter, fed: threading.Event, lines: int) -> None:
+    """Report progress until every line was released (or the query failed, or 300 s)."""
+    started = time.monotonic()
+    while True:
+        printer.report()
+        if fed.is_set() and len(released_rows(printer.out)) >= lines:
+            break
+        if query.exception() is not None or time.monotonic() - started > 300:
+            break
+        time.sleep(0.5)
+    deadline = time.monotonic() + 10  # the last batch's progress comes after its release
+    while printer.read < lines and time.monotonic() < deadline:
+        printer.report()
+        time.sleep(0.2)
+
+
+def verify(out: Path, lines: list[str], batches: int, elapsed: float) -> bool:
+    """Print the summary; whether every line was released exactly once, in global-time order."""
+    rows = released_rows(out)
+    values = [str(row["value"]) for row in rows]
+    times = [(int(str(row["ts"])), int(str(row["front"]))) for row in rows]
+    per_front = {name: sum(str(r["source"]).endswith(name) for r in rows) for name in FRONT_FILES}
+    print(
+        f"done: {len(rows)} records released in {batches} batches, "
+        f"{elapsed:.1f} s; per front {per_front}"
+    )
+    exactly_once = sorted(values) == sorted(lines)
+    in_order = times == sorted(times) and len(set(times)) == len(times)
+    print(
+        "verification: "
+        + ("OK" if exactly_once and in_order else "FAILED")
+        + f", every line released exactly once: {exactly_once}, in global-time order: {in_order}"
+    )
+    return exactly_once and in_order
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the job; return 0 when the release was exactly once and in order."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -75,15 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession  # imported here: the rest of the package needs no Spark
 
     work = args.work or Path(tempfile.mkdtemp(prefix="flamestream-job-"))
-    shutil.rmtree(work / "out", ignore_errors=True)
-    shutil.rmtree(work / "checkpoint", ignore_errors=True)
-    source = work / "in"
-    shutil.rmtree(source, ignore_errors=True)
-    source.mkdir(parents=True)
-    for name in FRONT_FILES:
-        (source / name).touch()
+    source = prepare(work)
     lines = [line for line in load_sample().splitlines() if line.strip()]
-
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("flamestream-main-job")
@@ -97,73 +180,19 @@ def main(argv: list[str] | None = None) -> int:
     fed = threading.Event()
     writer = threading.Thread(target=feed, args=(source, lines, args.seconds, fed), daemon=True)
     writer.start()
-    df = (
-        spark.readStream.format("flamestream")
-        .option("front", "files")
-        .option("path", str(source))
-        .option("maxRecordsPerTrigger", args.limit)
-        .load()
-    )
-    query = (
-        df.writeStream.format("flamestream")
-        .option("sink", "files")
-        .option("path", str(work / "out"))
-        .option("checkpointLocation", str(work / "checkpoint"))
-        .trigger(processingTime="500 milliseconds")
-        .start()
-    )
+    query = start_query(spark, source, work, args.limit)
     started = time.monotonic()
-    seen_batches: set[int] = set()
-    read = [0]
-
-    def report_progress() -> None:
-        for progress in query.recentProgress:
-            batch = progress["batchId"]
-            if batch in seen_batches or not progress["numInputRows"]:
-                continue
-            seen_batches.add(batch)
-            read[0] += progress["numInputRows"]
-            print(
-                f"  batch {batch:>3}: read {progress['numInputRows']:>3} records, "
-                f"backlog {backlog_bytes(progress):>5} bytes, "
-                f"released so far {len(released_rows(work / 'out')):>4}"
-            )
-
+    printer = ProgressPrinter(query, work / "out")
     try:
-        while True:
-            report_progress()
-            if fed.is_set() and len(released_rows(work / "out")) >= len(lines):
-                break
-            if query.exception() is not None or time.monotonic() - started > 300:
-                break
-            time.sleep(0.5)
-        deadline = time.monotonic() + 10  # the last batch's progress comes after its release
-        while read[0] < len(lines) and time.monotonic() < deadline:
-            report_progress()
-            time.sleep(0.2)
+        watch(query, printer, fed, len(lines))
     finally:
         query.stop()
         spark.stop()
     if query.exception() is not None:
         print(f"the query failed: {query.exception()}")
         return 1
-    rows = released_rows(work / "out")
-    values = [str(row["value"]) for row in rows]
-    times = [(int(str(row["ts"])), int(str(row["front"]))) for row in rows]
-    per_front = {name: sum(str(r["source"]).endswith(name) for r in rows) for name in FRONT_FILES}
-    elapsed = time.monotonic() - started
-    print(
-        f"done: {len(rows)} records released in {len(seen_batches)} batches, "
-        f"{elapsed:.1f} s; per front {per_front}"
-    )
-    exactly_once = sorted(values) == sorted(lines)
-    in_order = times == sorted(times) and len(set(times)) == len(times)
-    print(
-        "verification: "
-        + ("OK" if exactly_once and in_order else "FAILED")
-        + f", every line released exactly once: {exactly_once}, in global-time order: {in_order}"
-    )
-    return 0 if exactly_once and in_order else 1
+    ok = verify(work / "out", lines, len(printer.batches), time.monotonic() - started)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import json
 import logging
 import posixpath
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from flamestream.errors import ConfigError, GraphError
@@ -178,8 +179,15 @@ class SparkGraph:
         query's checkpoint: the groupings' state is kept under it (``flamestream-graph/``)
         and their garbage collection follows the min-time in its offset log.
         """
-        from pyspark.sql import functions as F
+        plan = self._query_plan(df, checkpoint_location)
+        wiring = _Wiring(self, plan, self._source_items(df, payload))
+        wiring.channels(*self._channel_rows(df, plan))
+        for stage in self.stages:
+            wiring.add(stage)
+        return wiring.result()
 
+    def _query_plan(self, df: DataFrame, checkpoint_location: str | None) -> _QueryPlan:
+        """What this application of the graph decides once: partitions, loops, state, layout."""
         if df.isStreaming:
             _no_adaptive_streaming(df.sparkSession)
         if self.keyed and df.isStreaming and not checkpoint_location:
@@ -201,136 +209,50 @@ class SparkGraph:
                 f"a bounded one (the cycle's edges {cycle} go on in the next micro-batch)",
                 "read with spark.readStream (Trigger.AvailableNow runs until the loop is empty)",
             )
-        state_url = None
-        looping = [s for s in self.stages if s.grouping and not self._key_local(s)]
+        looping = tuple(s for s in self.stages if s.grouping and not self._key_local(s))
         targets = {merge for _, merge in self.cut}
-        fed = looping + [s for s in self.stages if targets & set(s.steps) and s not in looping]
-        policy = self.elastic
-        elastic = policy is not None and bool(checkpoint_location) and df.isStreaming and self.keyed
+        fed = looping + tuple(s for s in self.stages if targets & set(s.steps) and s not in looping)
+        streaming = bool(checkpoint_location) and df.isStreaming
+        elastic = self.elastic is not None and streaming and self.keyed
+        state_url = None
         if checkpoint_location and df.isStreaming:
             state_url = QueryCheckpoint(checkpoint_location).graph_url
             check_layout(
                 state_url, partitions, loops=bool(fed), elastic=elastic, graph=self.graph.name
             )
-        control_rows = None
-        if elastic:  # the control front: no rows, its offset is each batch's key layout
-            assert checkpoint_location is not None and policy is not None  # noqa: S101
+        return _QueryPlan(partitions, checkpoint_location, state_url, looping, fed, elastic)
+
+    def _channel_rows(
+        self, df: DataFrame, plan: _QueryPlan
+    ) -> tuple[DataFrame | None, DataFrame | None]:
+        """The control front's rows (elastic layouts) and the loop front's (loop sends)."""
+        control_rows = loop_rows = None
+        if plan.elastic:  # the control front: no rows, its offset is each batch's key layout
+            assert plan.checkpoint is not None and self.elastic is not None  # noqa: S101
             control_rows = (
                 df.sparkSession.readStream.format("flamestream")
                 .option("front", "control")
-                .option("path", checkpoint_location)
-                .option("partitions", partitions)
-                .options(**policy.options())
+                .option("path", plan.checkpoint)
+                .option("partitions", plan.partitions)
+                .options(**self.elastic.options())
                 .load()
             )
-        loop_rows = None
-        if fed and state_url is not None:  # items sent into the loop come back through it
-            assert checkpoint_location is not None  # noqa: S101
+        if plan.fed and plan.state_url is not None:  # items sent into the loop come back
             loop_rows = (
                 df.sparkSession.readStream.format("flamestream")
                 .option("front", "loop")
-                .option("path", checkpoint_location)
+                .option("path", plan.checkpoint)
                 .load()
             )
-        source_items = self._items(df, payload)
-        if self.graph.consumer(self.source) in self.keys:  # key the rows before the shuffle
+        return control_rows, loop_rows
+
+    def _source_items(self, df: DataFrame, payload: str) -> DataFrame:
+        """The source's item rows, keyed before the shuffle when a grouping reads them."""
+        items = self._items(df, payload)
+        if self.graph.consumer(self.source) in self.keys:
             keying = Stage(0, (), (self.graph.consumer(self.source),))
-            source_items = source_items.mapInArrow(self._runner(keying), ITEM_DDL)
-        items: dict[str, DataFrame] = {self.source: source_items}
-        outputs: dict[int, DataFrame] = {}
-        flagged: dict[int, bool] = {}  # whether a stage's output may carry replays, tombstones
-
-        def rows_for(step_id: str) -> DataFrame:
-            """Rows on their way to ``step_id`` from producers outside its own stage."""
-            parts = []
-            own = self._stage_of.get(step_id)
-            for producer in self.graph.producers(step_id):
-                stage = self._stage_of.get(producer)
-                if stage is not None and stage is own:
-                    continue  # a cycle inside a keyed stage: it never leaves the task
-                if (producer, step_id) in self.cut:
-                    continue  # through the loop front: see the loop writers below
-                parts.append(items[producer] if stage is None else outputs[stage.index])
-            unique = list({id(part): part for part in parts}.values())
-            merged = unique[0]
-            for part in unique[1:]:
-                merged = merged.unionByName(part)
-            return merged.where(F.col("to") == step_id)
-
-        for stage in self.stages:
-            entries = [rows_for(entry) for entry in stage.entries]
-            stage_input = entries[0]
-            for more in entries[1:]:
-                stage_input = stage_input.unionByName(more)
-            upstream = {
-                self._stage_of[p].index
-                for entry in stage.entries
-                for p in self.graph.producers(entry)
-                if p in self._stage_of and self._stage_of[p] is not stage
-            }
-            if control_rows is not None:  # in the query once, so its offset is in every batch's
-                stage_input = stage_input.unionByName(control_rows.select(*stage_input.columns))
-                control_rows = None
-            looped = stage in fed and loop_rows is not None
-            if looped:
-                assert loop_rows is not None  # noqa: S101
-                here = loop_rows.where(F.col("to").isin(list(stage.steps)))
-                stage_input = stage_input.unionByName(here.select(*stage_input.columns))
-            flagged[stage.index] = (
-                stage.grouping is not None or looped or any(flagged[u] for u in upstream)
-            )
-            if stage.grouping is None:
-                outputs[stage.index] = stage_input.mapInArrow(self._runner(stage), ITEM_DDL)
-                continue
-            loop = None
-            key_partitions = partitions
-            if stage in looping:
-                if state_url is not None:
-                    reentry = self._reentry(stage)
-                    loop = LoopSpec(stage.index, reentry, partitions, state_url)
-                else:  # a bounded input has no next batch: every key in one task
-                    key_partitions = 1
-            route = "key"
-            if elastic and key_partitions > 1:  # route by the batch's layout, not the key hash
-                assert checkpoint_location is not None  # noqa: S101
-                router = Router(checkpoint_location, key_partitions)
-                schema = ITEM_DDL + ", route binary"
-                stage_input = stage_input.mapInArrow(
-                    _named(router, f"flamestream_route_{stage.index}"), schema
-                )
-                route = "route"
-            if key_partitions > 1 and (looped or any(flagged[u] for u in upstream)):
-                stage_input = _invalidators_everywhere(stage_input, key_partitions, route)
-            keyed = KeyedRunner(
-                self.graph,
-                stage,
-                self.keys,
-                self.render,
-                state_url=state_url,
-                checkpoint=checkpoint_location if state_url else None,
-                latest=self.release == "latest",
-                loop=loop,
-                elastic=key_partitions if route == "route" else None,
-            )
-            # the key partition rides with every row, computed as the shuffle computes it:
-            # the task keeps that partition's state whatever position Spark's plan gives it
-            part = F.pmod(F.hash(F.col(route)), F.lit(key_partitions))
-            stage_input = stage_input.withColumn(KEY_PARTITION, part)
-            shuffled = stage_input.repartition(key_partitions, F.col(route))
-            outputs[stage.index] = shuffled.mapInArrow(_named(keyed, stage.name), ITEM_DDL)
-        released = [rows_for(sink) for sink in self.sinks]
-        for number, (producer, merge) in enumerate(sorted(self.cut)):
-            # the loop writers run in the query (their rows are part of its result) and
-            # return no rows: what they write comes back through the loop front
-            assert state_url is not None  # noqa: S101  (a cut graph needs a stream)
-            stage = self._stage_of[producer]
-            sent = outputs[stage.index].where(F.col("to") == merge)
-            writer = LoopWriter(state_url, f"cut{number}")
-            released.append(sent.mapInArrow(_named(writer, f"flamestream_loop_{merge}"), ITEM_DDL))
-        result = released[0]
-        for more in released[1:]:
-            result = result.unionByName(more)
-        return result.withColumnRenamed("to", "sink").select(*OUTPUT_COLUMNS)
+            items = items.mapInArrow(self._runner(keying), ITEM_DDL)
+        return items
 
     def _items(self, df: DataFrame, payload: str) -> DataFrame:
         """Front rows as item rows, in Spark SQL: empty trace, tagged payload."""
@@ -413,6 +335,147 @@ class SparkGraph:
     def _where(self, step_id: str) -> str:
         stage = self._stage_of.get(step_id)
         return f"stage {stage.index}" if stage else f"sink {step_id}"
+
+
+@dataclass(frozen=True)
+class _QueryPlan:
+    """What one ``apply`` decided before wiring: the same for every stage."""
+
+    partitions: int  #: key partitions of keyed stages
+    checkpoint: str | None
+    state_url: str | None  #: where the groupings keep state (streaming with a checkpoint)
+    looping: tuple[Stage, ...]  #: keyed stages whose cycle may change key: they send to the loop
+    fed: tuple[Stage, ...]  #: stages the loop front feeds
+    elastic: bool  #: key ranges move between partitions (routes from the control front)
+
+
+class _Wiring:
+    """One ``apply``: the DataFrames made so far, stage by stage, and the query's result."""
+
+    def __init__(self, graph: SparkGraph, plan: _QueryPlan, source_items: DataFrame) -> None:
+        self.graph = graph
+        self.plan = plan
+        self.items: dict[str, DataFrame] = {graph.source: source_items}
+        self.outputs: dict[int, DataFrame] = {}
+        self.flagged: dict[int, bool] = {}  # whether a stage's output may carry replays
+        self.control_rows: DataFrame | None = None
+        self.loop_rows: DataFrame | None = None
+
+    def channels(self, control_rows: DataFrame | None, loop_rows: DataFrame | None) -> None:
+        """The internal channels' rows, unioned into the stages that read them."""
+        self.control_rows, self.loop_rows = control_rows, loop_rows
+
+    def rows_for(self, step_id: str) -> DataFrame:
+        """Rows on their way to ``step_id`` from producers outside its own stage."""
+        from pyspark.sql import functions as F
+
+        graph = self.graph
+        parts = []
+        own = graph._stage_of.get(step_id)
+        for producer in graph.graph.producers(step_id):
+            stage = graph._stage_of.get(producer)
+            if stage is not None and stage is own:
+                continue  # a cycle inside a keyed stage: it never leaves the task
+            if (producer, step_id) in graph.cut:
+                continue  # through the loop front: see the loop writers in result()
+            parts.append(self.items[producer] if stage is None else self.outputs[stage.index])
+        unique = list({id(part): part for part in parts}.values())
+        merged = unique[0]
+        for part in unique[1:]:
+            merged = merged.unionByName(part)
+        return merged.where(F.col("to") == step_id)
+
+    def add(self, stage: Stage) -> None:
+        """Wire ``stage``: its input, then one ``mapInArrow`` (after a shuffle when keyed)."""
+        from pyspark.sql import functions as F
+
+        entries = [self.rows_for(entry) for entry in stage.entries]
+        stage_input = entries[0]
+        for more in entries[1:]:
+            stage_input = stage_input.unionByName(more)
+        of = self.graph._stage_of
+        upstream = {
+            of[p].index
+            for entry in stage.entries
+            for p in self.graph.graph.producers(entry)
+            if p in of and of[p] is not stage
+        }
+        if self.control_rows is not None:  # in the query once: its offset is in every batch's
+            stage_input = stage_input.unionByName(self.control_rows.select(*stage_input.columns))
+            self.control_rows = None
+        looped = stage in self.plan.fed and self.loop_rows is not None
+        if looped:
+            assert self.loop_rows is not None  # noqa: S101
+            here = self.loop_rows.where(F.col("to").isin(list(stage.steps)))
+            stage_input = stage_input.unionByName(here.select(*stage_input.columns))
+        flagged = looped or any(self.flagged[u] for u in upstream)
+        self.flagged[stage.index] = stage.grouping is not None or flagged
+        if stage.grouping is None:
+            runner = self.graph._runner(stage)
+            self.outputs[stage.index] = stage_input.mapInArrow(runner, ITEM_DDL)
+        else:
+            self.outputs[stage.index] = self._keyed(stage, stage_input, flagged)
+
+    def _keyed(self, stage: Stage, stage_input: DataFrame, flagged: bool) -> DataFrame:
+        """A keyed stage: routed, invalidators copied, shuffled by key partition, run."""
+        from pyspark.sql import functions as F
+
+        plan, graph = self.plan, self.graph
+        loop = None
+        key_partitions = plan.partitions
+        if stage in plan.looping:
+            if plan.state_url is not None:
+                reentry = graph._reentry(stage)
+                loop = LoopSpec(stage.index, reentry, plan.partitions, plan.state_url)
+            else:  # a bounded input has no next batch: every key in one task
+                key_partitions = 1
+        route = "key"
+        if plan.elastic and key_partitions > 1:  # route by the batch's layout, not the key hash
+            assert plan.checkpoint is not None  # noqa: S101
+            router = Router(plan.checkpoint, key_partitions)
+            schema = ITEM_DDL + ", route binary"
+            stage_input = stage_input.mapInArrow(
+                _named(router, f"flamestream_route_{stage.index}"), schema
+            )
+            route = "route"
+        if key_partitions > 1 and flagged:
+            stage_input = _invalidators_everywhere(stage_input, key_partitions, route)
+        keyed = KeyedRunner(
+            graph.graph,
+            stage,
+            graph.keys,
+            graph.render,
+            state_url=plan.state_url,
+            checkpoint=plan.checkpoint if plan.state_url else None,
+            latest=graph.release == "latest",
+            loop=loop,
+            elastic=key_partitions if route == "route" else None,
+        )
+        # the key partition rides with every row, computed as the shuffle computes it:
+        # the task keeps that partition's state whatever position Spark's plan gives it
+        part = F.pmod(F.hash(F.col(route)), F.lit(key_partitions))
+        stage_input = stage_input.withColumn(KEY_PARTITION, part)
+        shuffled = stage_input.repartition(key_partitions, F.col(route))
+        return shuffled.mapInArrow(_named(keyed, stage.name), ITEM_DDL)
+
+    def result(self) -> DataFrame:
+        """The rows reaching the sinks, and the loop writers of cut edges (no rows)."""
+        from pyspark.sql import functions as F
+
+        graph = self.graph
+        released = [self.rows_for(sink) for sink in graph.sinks]
+        for number, (producer, merge) in enumerate(sorted(graph.cut)):
+            # the loop writers run in the query (their rows are part of its result) and
+            # return no rows: what they write comes back through the loop front
+            assert self.plan.state_url is not None  # noqa: S101  (a cut graph needs a stream)
+            stage = graph._stage_of[producer]
+            sent = self.outputs[stage.index].where(F.col("to") == merge)
+            writer = LoopWriter(self.plan.state_url, f"cut{number}")
+            released.append(sent.mapInArrow(_named(writer, f"flamestream_loop_{merge}"), ITEM_DDL))
+        rows = released[0]
+        for more in released[1:]:
+            rows = rows.unionByName(more)
+        return rows.withColumnRenamed("to", "sink").select(*OUTPUT_COLUMNS)
 
 
 #: Spark 4.x runs stateless streaming queries (as Spark sees a graph's) adaptively by default.
