@@ -91,56 +91,66 @@ class BarrierStore:
         ``release`` is called once, with the rows to release (None if there are none), unless
         the batch was marked done before; ``released_in_tasks`` rows were released by the
         write tasks themselves (they count in the marker).
+
+        The protocol, step by step; a crash between any two steps is safe, because everything
+        before the marker is a pure function of durable files and is simply done again:
+
+        1. If the batch's marker exists, the batch was committed: return what it recorded
+           (a replayed commit releases nothing twice).
+        2. Merge the previous marker's pending rows with this batch's staged parts.
+        3. Drop tombstones and the versions a newer one in the buffer invalidates.
+        4. Split at ``min_time``: what is below is released in meta order; the rest is
+           written as this batch's pending file (a repeat writes the same file).
+        5. Release (outputs are named by batch id: a repeat overwrites).
+        6. Write the marker, atomically: from now on step 1 answers.
+        7. Delete staging and pending files that no commit can need any more.
         """
         fs, root = self._fs()
         marker = posixpath.join(root, "commits", f"{batch_id:012d}.json")
+        # 1. committed before?
         if fs.exists(marker):
-            done = json.loads(fs.cat_file(marker))
-            return CommitOutcome(
-                batch_id,
-                GlobalTime(*done["minTime"]),
-                done["released"],
-                done["pending"],
-                True,
-                done.get("dropped", 0),
-            )
-        previous = self._previous_marker(fs, root, batch_id)
-        tables = []
-        if previous and previous.get("pendingPath"):
-            tables.append(_read_arrow(fs, previous["pendingPath"]))
-        tables += [_read_arrow(fs, p.path) for p in parts if p is not None and p.rows]
-        buffered = pa.concat_tables(tables, promote_options="default") if tables else None
+            return _outcome(batch_id, json.loads(fs.cat_file(marker)))
+        # 2. merge
+        buffered = self._buffered(fs, root, batch_id, parts)
+        # 3. drop what is invalidated
         dropped = 0
         if buffered is not None:
             before = buffered.num_rows
             buffered = drop_invalidated(buffered)
             dropped = before - buffered.num_rows
-        released_rows = pending_rows = 0
+        # 4. split at the min-time; keep the rest
+        out, rest = _split(buffered, min_time)
         pending_path = None
-        out = None
-        if buffered is not None and buffered.num_rows:
-            ready = below(buffered, min_time)
-            out = buffered.filter(ready).sort_by(meta_order(buffered))
-            rest = buffered.filter(pc.invert(ready))
-            if rest.num_rows:
-                pending_path = posixpath.join(root, "pending", f"{batch_id:012d}.arrow")
-                fs.makedirs(posixpath.dirname(pending_path), exist_ok=True)
-                _write_arrow(fs, pending_path, rest)
-            released_rows, pending_rows = out.num_rows, rest.num_rows
+        if rest is not None and rest.num_rows:
+            pending_path = posixpath.join(root, "pending", f"{batch_id:012d}.arrow")
+            fs.makedirs(posixpath.dirname(pending_path), exist_ok=True)
+            _write_arrow(fs, pending_path, rest)
+        # 5. release
         release(batch_id, out if out is not None and out.num_rows else None)
-        released_rows += released_in_tasks
-        fs.makedirs(posixpath.dirname(marker), exist_ok=True)
+        # 6. mark
         record = {
             "batch": batch_id,
             "minTime": list(min_time),
-            "released": released_rows,
-            "pending": pending_rows,
+            "released": (out.num_rows if out is not None else 0) + released_in_tasks,
+            "pending": rest.num_rows if rest is not None else 0,
             "pendingPath": pending_path,
             "dropped": dropped,
         }
         write_atomically(fs, marker, json.dumps(record).encode())
+        # 7. collect
         self._collect(fs, root, batch_id)
-        return CommitOutcome(batch_id, min_time, released_rows, pending_rows, False, dropped)
+        return _outcome(batch_id, record, skipped=False)
+
+    def _buffered(
+        self, fs: Any, root: str, batch_id: int, parts: Sequence[StagedPart | None]
+    ) -> pa.Table | None:
+        """The previous commit's pending rows and this batch's staged rows (None: none)."""
+        previous = self._previous_marker(fs, root, batch_id)
+        tables = []
+        if previous and previous.get("pendingPath"):
+            tables.append(_read_arrow(fs, previous["pendingPath"]))
+        tables += [_read_arrow(fs, p.path) for p in parts if p is not None and p.rows]
+        return pa.concat_tables(tables, promote_options="default") if tables else None
 
     def pending_rows(self) -> int:
         """Rows buffered after the newest committed batch."""
@@ -180,3 +190,25 @@ def _write_arrow(fs: Any, path: str, table: pa.Table) -> None:
 
 def _read_arrow(fs: Any, path: str) -> pa.Table:
     return pa.ipc.open_file(pa.BufferReader(fs.cat_file(path))).read_all()
+
+
+def _split(
+    buffered: pa.Table | None, min_time: GlobalTime
+) -> tuple[pa.Table | None, pa.Table | None]:
+    """(rows below ``min_time`` in meta order, the rest); (None, None) for an empty buffer."""
+    if buffered is None or not buffered.num_rows:
+        return None, None
+    ready = below(buffered, min_time)
+    return buffered.filter(ready).sort_by(meta_order(buffered)), buffered.filter(pc.invert(ready))
+
+
+def _outcome(batch_id: int, record: dict[str, Any], *, skipped: bool = True) -> CommitOutcome:
+    """The outcome a marker records (``skipped``: found, not written, by this commit)."""
+    return CommitOutcome(
+        batch_id,
+        GlobalTime(*record["minTime"]),
+        record["released"],
+        record["pending"],
+        skipped,
+        record.get("dropped", 0),
+    )
