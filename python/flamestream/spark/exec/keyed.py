@@ -35,22 +35,20 @@ from flamestream.runtime.grouping import GroupingState
 from flamestream.runtime.reference import Handler, stateless_handler
 from flamestream.spark.connector.barrier import read_min_time
 from flamestream.spark.connector.faults import crash_point
-from flamestream.spark.control.key_layout import Layout, read_layout, slot_of
+from flamestream.spark.control.key_layout import Layout
 from flamestream.spark.durable import (
     batch_id_of_task,
 )
 from flamestream.spark.durable.loop import LoopStore
-from flamestream.spark.durable.slots import SlotLoads
-from flamestream.spark.durable.state import StateStore
 from flamestream.spark.exec.fastpath import Leaving, MapReduceCycle
 from flamestream.spark.exec.items import (
     MAY_INVALIDATE,
     TOMBSTONE,
     decode_payload,
     decode_trace,
-    encode_key,
 )
-from flamestream.spark.exec.partitioning import KEY_PARTITION, is_salt
+from flamestream.spark.exec.keyed_state import TaskLocal, state_io
+from flamestream.spark.exec.partitioning import KEY_PARTITION
 from flamestream.spark.exec.routing import LoopRouter, LoopSpec
 from flamestream.spark.exec.stateless import Exits, render_default
 from flamestream.spark.plan.stages import Stage
@@ -110,7 +108,8 @@ class KeyedRunner:
             for sid, step in self.steps.items()
         }
         self.exits = Exits(graph, keys, render)
-        self.store = StateStore(state_url, grouping.step_id) if state_url else None
+        #: where the state comes from and goes to, chosen once (elastic: per slot)
+        self.state_io = state_io(grouping, state_url, checkpoint, elastic)
         self.checkpoint = checkpoint
         self.latest = latest  #: release="latest": one item per key and destination per batch
         #: map_reduce's cycle, whose in-order items skip the per-step deliveries (fastpath)
@@ -120,10 +119,6 @@ class KeyedRunner:
         self.loop = loop
         self._router: LoopRouter | None = None  # the current task's, when it has a loop
         self._task = (0, -1)  # the current task's (partition, batch id)
-        #: elastic layout: the key partition count; state is then kept per slot (spark.layout)
-        self.elastic = elastic
-        self.state_url = state_url or ""
-        self.slot_store = StateStore(state_url, grouping.step_id + ".slots") if state_url else None
         self._layout: Layout | None = None  # the current batch's, when elastic
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -142,94 +137,56 @@ class KeyedRunner:
                 gc.enable()
 
     def _partition(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """One keyed task, step by step.
+
+        A crash anywhere leaves nothing that a rerun of the batch (a retry, or a replay after
+        a restart) would not write again the same: every step reads only what batches before
+        it saved, and writes files named by the batch.
+
+        1. Find the task's key partition in its rows (a task without rows does nothing: its
+           partition's newest snapshot stays the state after the batch before).
+        2. Restore the partition's state as the batches before left it (``state_io``).
+        3. Read the min-time garbage collection will keep above (before this batch's own
+           loop sends, which cannot lower it).
+        4. Deliver the batch's rows in meta order, each to quiescence.
+        5. Send what leaves for the loop, with its ack contributions.
+        6. Collect garbage below the min-time and save the state.
+        7. Hand the leaving rows to Spark.
+        """
         tables = [b for b in batches if b.num_rows]
         if not tables:
-            # No rows, so no key partition to speak for; and without rows nothing changes the
-            # state but garbage collection, which the partition's next non-empty batch does.
-            # Its newest snapshot stays the state at the end of the previous batch.
             return
+        # 1. the task
         partition = key_partition(tables, self.grouping.step_id)
         batch_id = batch_id_of_task()
-        durable = self.store is not None and batch_id >= 0
+        io = self.state_io if batch_id >= 0 else TaskLocal(self.grouping)
         self._router, self._task = None, (partition, batch_id)
-        g = self.grouping
-        state = GroupingState(g.step_id, g.window, g.key)
-        elastic = durable and self.elastic is not None and self.checkpoint is not None
-        self._layout = None
-        if elastic:
-            assert self.checkpoint is not None and self.elastic is not None  # noqa: S101
-            self._layout = read_layout(self.checkpoint, batch_id, self.elastic)
-            state = self._restore_slots(self._layout, partition, batch_id)
-        elif durable:
-            assert self.store is not None  # noqa: S101
-            snapshot = self.store.load(partition, batch_id)
-            if snapshot is not None:
-                state.restore(snapshot)
-        min_time = None  # what garbage collection after the batch keeps above
-        if durable and self.checkpoint is not None:
-            # from inside the batch: with loops, what it sends on is not known yet (so the
-            # answer does not depend on this task, and may be read before it runs)
+        self._layout = io.layout(batch_id) if io.durable else None
+        # 2. restore
+        state = io.restore(partition, batch_id)
+        # 3. the min-time
+        min_time = None
+        if io.durable and self.checkpoint is not None:
             min_time = read_min_time(self.checkpoint, batch_id, in_task=True)
+        # 4. deliver
         table = pa.Table.from_batches(tables).sort_by(
             [("ts", "ascending"), ("front", "ascending"), ("trace", "ascending")]
         )
         output = self._run(table, state, min_time)
-        if durable:
-            assert self.store is not None  # noqa: S101
+        if io.durable:
+            # 5. loop sends
             if self._router is not None and self._router.sent and self.loop is not None:
                 task = f"{self.loop.stage}-{partition:05d}"
                 LoopStore(self.loop.state_url).send(batch_id, task, self._router.table())
                 crash_point("graph.loop.sent", batch_id)
+            # 6. collect and save
             if min_time is not None:
                 state.collect_garbage(min_time)
-            if self._layout is not None:
-                self._save_slots(self._layout, partition, batch_id, state, tables)
-            else:
-                self.store.save(partition, batch_id, state.snapshot())
+            io.save(partition, batch_id, state, tables)
             crash_point("graph.keyed.saved", batch_id)
+        # 7. leaving rows
         if output.num_rows:
             yield output
-
-    def _restore_slots(self, layout: Layout, partition: int, batch_id: int) -> GroupingState:
-        """The merged state of the slots ``layout`` gives this partition (elastic)."""
-        assert self.slot_store is not None  # noqa: S101
-        g = self.grouping
-        states = []
-        for slot in layout.slots_of(partition):
-            state = GroupingState(g.step_id, g.window, g.key)
-            snapshot = self.slot_store.load(slot, batch_id)
-            if snapshot is not None:
-                state.restore(snapshot)
-            states.append(state)
-        return GroupingState.merge(g.step_id, g.window, g.key, states)
-
-    def _save_slots(
-        self,
-        layout: Layout,
-        partition: int,
-        batch_id: int,
-        state: GroupingState,
-        tables: list[pa.RecordBatch],
-    ) -> None:
-        """One snapshot per slot of this partition, and how many items each slot got."""
-        assert self.slot_store is not None and self.store is not None  # noqa: S101
-        g = self.grouping
-        mine = layout.slots_of(partition)
-        parts = state.split(lambda key: slot_of(encode_key(key), layout.slots), into=mine)
-        strays = sorted(set(parts) - set(mine))
-        if strays:  # a key this partition does not hold under the layout: a routing bug
-            msg = f"grouping {g.step_id!r}: partition {partition} holds keys of slots {strays}"
-            raise InvariantError(msg)
-        for slot in mine:
-            self.slot_store.save(slot, batch_id, parts[slot].snapshot())
-        loads: dict[int, int] = {}
-        for batch in tables:
-            for key in batch.column("key").to_pylist():
-                if key is not None and not is_salt(key):
-                    slot = slot_of(key, layout.slots)
-                    loads[slot] = loads.get(slot, 0) + 1
-        task = f"{g.step_id}-{partition:05d}"
-        SlotLoads(self.state_url).write(batch_id, task, loads)
 
     def _run(
         self, table: pa.Table, state: GroupingState, min_time: GlobalTime | None = None
@@ -304,7 +261,7 @@ class KeyedRunner:
     def _new_router(self, where: Callable[[GlobalTime], Any]) -> LoopRouter | None:
         """The task's loop router, for a stage whose cycle may change keys (streaming only)."""
         partition, batch_id = self._task
-        if self.loop is None or self.store is None or batch_id < 0:
+        if self.loop is None or not self.state_io.durable or batch_id < 0:
             return None
         g, spec = self.grouping, self.loop
         return LoopRouter(
