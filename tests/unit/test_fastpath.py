@@ -11,6 +11,7 @@ tombstones, state snapshots restored between batches and garbage collection. No 
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -265,3 +266,21 @@ def test_a_raising_reducer_fails_alike_on_both_paths():
         del REDUCERS["fragile"]
     assert errors[0] == errors[1]
     assert "count.reduce" in errors[0] and "three" in errors[0] and "('f0', 2)" in errors[0]
+
+
+def test_map_reduce_cycle_is_recognized_after_the_graph_travels_to_workers():
+    """Spark's workers get the graph through cloudpickle: the public tags must survive it."""
+    from pyspark import cloudpickle
+
+    from flamestream.graph.mapreduce import is_map_reduce_grouping
+
+    flow = Dataflow("wc")
+    counts = map_reduce(
+        flow, "count", flow.source("in"), mapper=lambda w: (w, 1), reducer=operator.add
+    )
+    flow.sink("out", counts)
+    graph = SparkGraph(flow)
+    travelled = cloudpickle.loads(cloudpickle.dumps(graph))
+    stage = next(s for s in travelled.stages if s.grouping)
+    assert is_map_reduce_grouping(travelled.graph.step(stage.grouping))
+    assert MapReduceCycle.of(travelled.graph, stage) is not None

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Any, Generic, TypeVar
 
 from flamestream.errors import GraphError
@@ -62,7 +61,16 @@ class _MapStep:
         return Mapped(key, value)
 
 
-def _ends_with_mapped(window: tuple[Any, ...]) -> bool:
+def mapped_key(item: Mapped[Any, Any] | Reduced[Any, Any]) -> Any:
+    """The grouping key of map_reduce's grouping: a mapped or reduced item's key.
+
+    One module-level function, so it is recognizable (``step.key is mapped_key``) also after
+    the graph was pickled to Spark's workers (see :func:`is_map_reduce_grouping`).
+    """
+    return item.key
+
+
+def ends_with_mapped(window: tuple[Any, ...]) -> bool:
     """The filter: drop tuples ending in a reduced item, i.e. (mapped, reduced).
 
     A reduced item reaching the grouping has been combined already; only a tuple ending in a
@@ -72,7 +80,7 @@ def _ends_with_mapped(window: tuple[Any, ...]) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class _ReduceStep:
+class ReduceStep:
     """The second map: (mapped) -> initial value; (reduced, mapped) -> combined value.
 
     Any other tuple ending in a mapped item, e.g. (mapped, mapped), exists only transiently
@@ -92,6 +100,7 @@ class _ReduceStep:
         return self.commutative and self.initial is _identity
 
     def __call__(self, window: tuple[Any, ...]) -> Reduced[Any, Any]:
+        """The reduced item for a grouping's tuple ending in a mapped item."""
         mapped = window[-1]
         return self.fold(window[0] if len(window) == 2 else None, mapped.key, mapped.value)
 
@@ -149,13 +158,23 @@ def map_reduce(
             )
     (mapped,) = flow.add_step(Map(f"{step_id}.map", _MapStep(mapper)), up)
     (merged,) = flow.add_step(Merge(f"{step_id}.merge"), mapped)
-    (tuples,) = flow.add_step(Grouping(f"{step_id}.grouping", 2, attrgetter("key")), merged)
+    (tuples,) = flow.add_step(Grouping(f"{step_id}.grouping", 2, mapped_key), merged)
     # Every version of a tuple ends in a version of the same last item, mapped or reduced
     # alike, so the filter's answer is version-stable and dropped replays need no tombstone.
-    filter_step = Filter(f"{step_id}.filter", _ends_with_mapped, version_stable=True)
+    filter_step = Filter(f"{step_id}.filter", ends_with_mapped, version_stable=True)
     (fresh,) = flow.add_step(filter_step, tuples)
-    reduce_step = Map(f"{step_id}.reduce", _ReduceStep(initial, reducer, commutative))
+    reduce_step = Map(f"{step_id}.reduce", ReduceStep(initial, reducer, commutative))
     (reduced,) = flow.add_step(reduce_step, fresh)
     out, back = flow.add_step(Broadcast(f"{step_id}.broadcast", 2), reduced)
     flow.add_merge_input(merged, back)
     return out
+
+
+def is_map_reduce_grouping(step: Any) -> bool:
+    """Whether ``step`` is the grouping :func:`map_reduce` made (window 2, by the mapped key).
+
+    map_reduce's steps are tagged by what they hold, all public here: the grouping's key is
+    :func:`mapped_key`, the filter's predicate :func:`ends_with_mapped`, the reduce map's
+    function a :class:`ReduceStep`. Runtimes recognize the cycle by these, never by names.
+    """
+    return isinstance(step, Grouping) and step.window == 2 and step.key is mapped_key

@@ -35,14 +35,18 @@ import struct
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from functools import partial
 from heapq import heappush
-from operator import attrgetter
 from typing import Any
 
 import pyarrow as pa
 
 from flamestream.graph.logical import LogicalGraph
-from flamestream.graph.mapreduce import Mapped, _ends_with_mapped, _ReduceStep
-from flamestream.graph.steps import Broadcast, Filter, Grouping, Map, Merge
+from flamestream.graph.mapreduce import (
+    Mapped,
+    ReduceStep,
+    ends_with_mapped,
+    is_map_reduce_grouping,
+)
+from flamestream.graph.steps import Broadcast, Filter, Map, Merge
 from flamestream.model import DataItem, GlobalTime, LocalTime, Meta
 from flamestream.runtime.grouping import Bucket, GroupingState
 from flamestream.spark.exec.items import (
@@ -60,10 +64,6 @@ _LOCAL = struct.Struct(">QI")
 
 
 _L00 = LocalTime(0, 0)
-
-
-#: How map_reduce's grouping keys items (``attrgetter("key")``), as ``repr`` shows it.
-_KEY_REPR = repr(attrgetter("key"))
 
 
 class Leaving:
@@ -177,7 +177,7 @@ class MapReduceCycle:
     """map_reduce's cycle in a keyed stage, with the in-order fast path (module docstring)."""
 
     def __init__(
-        self, merge: str, exit_to: str, exit_port: int, back_port: int, reduce: _ReduceStep
+        self, merge: str, exit_to: str, exit_port: int, back_port: int, reduce: ReduceStep
     ) -> None:
         self.merge = merge
         self.exit_to = exit_to
@@ -198,22 +198,17 @@ class MapReduceCycle:
         grouping = graph.step(stage.grouping)
         if not isinstance(merge, Merge) or graph.consumer(merge.step_id) != grouping.step_id:
             return None
-        if not (
-            isinstance(grouping, Grouping)
-            and grouping.window == 2
-            and isinstance(grouping.key, attrgetter)
-            and repr(grouping.key) == _KEY_REPR
-        ):
+        if not is_map_reduce_grouping(grouping):
             return None
         filter_ = graph.step(graph.consumer(grouping.step_id))
         if not (
             isinstance(filter_, Filter)
-            and filter_.predicate is _ends_with_mapped
+            and filter_.predicate is ends_with_mapped
             and filter_.version_stable
         ):
             return None
         reduce = graph.step(graph.consumer(filter_.step_id))
-        if not (isinstance(reduce, Map) and isinstance(reduce.fn, _ReduceStep)):
+        if not (isinstance(reduce, Map) and isinstance(reduce.fn, ReduceStep)):
             return None
         broadcast = graph.step(graph.consumer(reduce.step_id))
         if not (isinstance(broadcast, Broadcast) and broadcast.n == 2):

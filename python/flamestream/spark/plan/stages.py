@@ -269,12 +269,12 @@ def keyed_entries(graph: LogicalGraph, stages: list[Stage]) -> dict[str, Callabl
 
 
 def reduce_step_of(graph: LogicalGraph, stage: Stage) -> Any:
-    """The map_reduce reducer (``_ReduceStep``) running in a keyed stage, or None."""
-    from flamestream.graph.mapreduce import _ReduceStep
+    """The map_reduce reducer (``ReduceStep``) running in a keyed stage, or None."""
+    from flamestream.graph.mapreduce import ReduceStep
 
     for sid in stage.steps:
         step = graph.step(sid)
-        if isinstance(step, Map) and isinstance(step.fn, _ReduceStep):
+        if isinstance(step, Map) and isinstance(step.fn, ReduceStep):
             return step.fn
     return None
 
