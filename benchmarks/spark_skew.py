@@ -16,7 +16,7 @@ files sink (``release=tasks``), ``Trigger.ProcessingTime(0)``: batches back to b
 Variants, one after another in the same session, each into a fresh checkpoint:
 
 * ``fixed``: ``elastic=False``: the keyed stage is hash partitioned by key, as always;
-* ``elastic``: ``elastic=True`` (the default ``ElasticPolicy``): the control front moves key
+* ``elastic``: ``elastic=True`` (the default ``ElasticPolicy``): the control channel moves key
   ranges (slots) between the two keyed partitions from the last batch's loads;
 * ``elastic+controller``: as ``elastic``, plus the front's controller (``controller=on``,
   ``targetLatencyMs`` = ``--target-ms``).
@@ -83,7 +83,7 @@ class Checkpoint:
     """What a query's checkpoint tells: batches, their layouts, and offsets/0's mtime."""
 
     batches: list[Batch]
-    #: batch -> the control front's offset (elastic only)
+    #: batch -> the control channel's offset (elastic only)
     layouts: dict[int, dict[str, Any]]
     first_mtime: float | None
 
@@ -110,7 +110,7 @@ def read_checkpoint(ck: Path) -> Checkpoint:
     offsets: dict[int, dict[str, Any]] = {}
     layouts: dict[int, dict[str, Any]] = {}
     for b in log.logged_batches():
-        # the generator's offset and (elastic only) the control front's layout
+        # the generator's offset and (elastic only) the control channel's layout
         offsets[b] = front_offsets(str(ck), b)[0]
         layout = log.offsets_where(b, lambda offset: offset.get("flamestreamLayout") == 1)
         if layout:
@@ -452,7 +452,7 @@ def _task_summary(
 
 
 def _layout_summary(ck: Checkpoint, after: list[dict[str, Any]]) -> dict[str, Any]:
-    """Layout decisions from the control front's offset lines."""
+    """Layout decisions from the control channel's offset lines."""
     ordered = [ck.layouts[b] for b in sorted(ck.layouts)]
     last = int(ordered[-1]["decisions"]) if ordered else 0
     # decisions counted at the last batch before the step's first skewed batch
@@ -889,7 +889,7 @@ NOTES = [
     "target/2), one after another in one session, each into a fresh checkpoint.",
     "everything per batch from the checkpoint: offsets/<batch> has one line per source: the "
     "generator's (per-front end positions, base = the planning's wall clock in "
-    "microseconds, the controller's record) and, elastic only, the control front's "
+    "microseconds, the controller's record) and, elastic only, the control channel's "
     "(flamestreamLayout: the slot assignment of the batch, the decision count, the reason). "
     "The sink's commit markers (flamestream-sink/commits/<batch>.json, written at the end "
     "of each commit) give every row of the batch its release time (mtime). The generator's "
@@ -912,7 +912,7 @@ NOTES = [
     "their task and are not counted. With the shim, [pN rows in ms] are the keyed stage's "
     "tasks as Spark measured them (shuffle records read, including invalidator copies; task "
     "duration), polled while the query runs; keyed_tasks_after_step summarises them.",
-    "layout (elastic): decisions = the control front's decision count at the last batch; "
+    "layout (elastic): decisions = the control channel's decision count at the last batch; "
     "decisions_after_step = that minus the count at the last batch before the first skewed "
     "one; changes: each new layout's first batch, count, assignment (slot -> partition) and "
     "reason; batches_after_step_before_that: skewed batches run under the old layout (a "

@@ -95,21 +95,21 @@ class FlameStreamDataSource(DataSource):
         return options, kind
 
     def _loop_checkpoint(self) -> str | None:
-        """The checkpoint of a graph's loop front (``front=loop``, made by ``apply``)."""
-        if self.options.get("front") != "loop":
+        """The checkpoint of a graph's loop channel (``channel=loop``, made by ``apply``)."""
+        if self.options.get("channel") != "loop":
             return None
-        options = OptionReader("front loop", self.options)
-        options.raw("front")
+        options = OptionReader("channel loop", self.options)
+        options.raw("channel")
         checkpoint = options.string("path", required=True)
         options.finish()
         return checkpoint
 
     def _control(self) -> tuple[str, int, ElasticPolicy] | None:
-        """A graph's control front (``front=control``, made by ``apply`` with elastic=)."""
-        if self.options.get("front") != "control":
+        """A graph's control channel (``channel=control``, made by ``apply`` with elastic=)."""
+        if self.options.get("channel") != "control":
             return None
-        options = OptionReader("front control", self.options)
-        options.raw("front")
+        options = OptionReader("channel control", self.options)
+        options.raw("channel")
         checkpoint = options.string("path", required=True)
         partitions = options.integer("partitions", minimum=1)
         policy = ElasticPolicy(
@@ -124,7 +124,7 @@ class FlameStreamDataSource(DataSource):
     def schema(self) -> StructType:
         """Meta columns (ts, front, source, position), then the front's payload columns.
 
-        A graph's loop front (``front=loop``) gives item rows instead.
+        A graph's internal channels (``channel=loop`` or ``control``) give item rows instead.
         """
         from pyspark.sql.pandas.types import from_arrow_schema
 

@@ -1,4 +1,4 @@
-"""Connected components on Spark through the loop front, run as a child by the crash tests.
+"""Connected components on Spark through the loop channel, run as a child by the crash tests.
 
     python -m tests.spark.loop_crash_job <input dir> <output dir> <checkpoint dir>
 

@@ -48,7 +48,7 @@ def generator(spark: SparkSession, total: int, **options: Any) -> DataFrame:
 
 
 def layouts(checkpoint: Path) -> list[dict[str, Any]]:
-    """The control front's offset of every batch."""
+    """The control channel's offset of every batch."""
     found = []
     offsets = checkpoint / "offsets"
     for batch in sorted(int(p.name) for p in offsets.iterdir() if p.name.isdigit()):
@@ -85,7 +85,7 @@ def test_moving_key_ranges_changes_nothing_released(spark: SparkSession, tmp_pat
     assert tuple(found[0]["assignment"]) == Layout.default(3).assignment
     state = tmp_path / "moving" / "flamestream-graph" / "count.grouping.slots"
     assert len(list(state.glob("part-*"))) == 3 * 4  # state per slot, every slot kept
-    assert layouts(tmp_path / "fixed") == []  # no control front without elastic=
+    assert layouts(tmp_path / "fixed") == []  # no control channel without elastic=
 
 
 def test_a_restart_restores_each_slot_where_the_layout_puts_it(spark: SparkSession, tmp_path: Path):
@@ -99,7 +99,7 @@ def test_a_restart_restores_each_slot_where_the_layout_puts_it(spark: SparkSessi
 def test_a_loop_graph_gives_the_same_output_with_moving_key_ranges(
     spark: SparkSession, tmp_path: Path
 ):
-    """Connected components: items handed to other keys go through the loop front, and
+    """Connected components: items handed to other keys go through the loop channel, and
     each batch routes them by that batch's layout."""
     folder = tmp_path / "in"
     write_lines(folder / "a.txt", edges(7, 10, 14))

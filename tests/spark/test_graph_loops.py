@@ -1,4 +1,4 @@
-"""Cycles that hand items to other keys run on Spark through the loop front and the ack table.
+"""Cycles that hand items to other keys run on Spark through the loop channel and the ack table.
 
 Connected components over a stream of edges (``flamestream.examples.components``) and the
 property tests' "hops" graph: Spark's released output must equal the reference runtime's for

@@ -1,6 +1,6 @@
 """A keyed stage's state belongs to its key partition, wherever Spark's plan puts the task.
 
-Under a union (a second sink, a merge fed by a stateless branch, the loop or control fronts)
+Under a union (a second sink, a merge fed by a stateless branch, the loop or control channels)
 a keyed task's ``TaskContext.partitionId()`` is shifted by the partitions of the other union
 branches, which vary with how many fronts moved in the batch. The state must follow the keys
 (the partition the shuffle sent them to), not the task's position in the plan.

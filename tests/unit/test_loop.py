@@ -1,4 +1,4 @@
-"""The loop front's parts without Spark: the ack table, the router, and the salts."""
+"""The loop channel's parts without Spark: the ack table, the router, and the salts."""
 
 from __future__ import annotations
 

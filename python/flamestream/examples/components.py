@@ -4,7 +4,7 @@ Each input line is an edge ``"u v"``. Every node keeps, as an item going round t
 its state: its component's label (the least node id it has heard of) and its neighbours. An
 edge tells both ends about each other; a node whose label drops tells all its neighbours,
 and a node that gains a neighbour tells it its label. Those hints go to *other* nodes: the
-cycle hands items from key to key (on Spark, through the loop front when the other node's
+cycle hands items from key to key (on Spark, through the loop channel when the other node's
 state lives in another partition). Every state update is released, so the last released
 label of a node is its component, at every point of the stream.
 

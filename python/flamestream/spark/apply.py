@@ -86,7 +86,7 @@ class SparkGraph:
         self.render = render
         self.partitions = partitions
         self.elastic = ElasticPolicy() if elastic is True else (elastic or None)
-        self.cut = loop_edges(self.graph)  #: edges whose items go through the loop front
+        self.cut = loop_edges(self.graph)  #: edges whose items go through the loop channel
         self.stages = plan_stages(self.graph, fusion=fusion, cut=self.cut)
         self.keys = keyed_entries(self.graph, self.stages)
         if release not in ("every", "latest"):
@@ -130,7 +130,7 @@ class SparkGraph:
         for stage in self.stages:
             leaving = sorted(
                 {
-                    f"loop front -> {self._where(dest)}"
+                    f"loop channel -> {self._where(dest)}"
                     if (sid, dest) in self.cut
                     else self._where(dest)
                     for sid, dest in self._leaving(stage)
@@ -146,7 +146,7 @@ class SparkGraph:
                 kind = f"keyed by {stage.grouping}: "
                 how = (
                     "shuffled by key, state per partition; items the cycle hands to a key of "
-                    "another partition go through the loop front"
+                    "another partition go through the loop channel"
                 )
             else:
                 kind = "fused: " if len(stage.steps) > 1 else ""
@@ -225,13 +225,13 @@ class SparkGraph:
     def _channel_rows(
         self, df: DataFrame, plan: _QueryPlan
     ) -> tuple[DataFrame | None, DataFrame | None]:
-        """The control front's rows (elastic layouts) and the loop front's (loop sends)."""
+        """The control channel's rows (elastic layouts) and the loop channel's (loop sends)."""
         control_rows = loop_rows = None
-        if plan.elastic:  # the control front: no rows, its offset is each batch's key layout
+        if plan.elastic:  # the control channel: no rows, its offset is each batch's key layout
             assert plan.checkpoint is not None and self.elastic is not None  # noqa: S101
             control_rows = (
                 df.sparkSession.readStream.format("flamestream")
-                .option("front", "control")
+                .option("channel", "control")
                 .option("path", plan.checkpoint)
                 .option("partitions", plan.partitions)
                 .options(**self.elastic.options())
@@ -240,7 +240,7 @@ class SparkGraph:
         if plan.fed and plan.state_url is not None:  # items sent into the loop come back
             loop_rows = (
                 df.sparkSession.readStream.format("flamestream")
-                .option("front", "loop")
+                .option("channel", "loop")
                 .option("path", plan.checkpoint)
                 .load()
             )
@@ -301,7 +301,7 @@ class SparkGraph:
         """Whether items coming round the stage's cycle keep their key (map_reduce's do).
 
         Other cycles may hand an item to another key, whose state may live in another
-        partition: those stages route such items through the loop front.
+        partition: those stages route such items through the loop channel.
         """
         cyclic = any(p in stage.steps for sid in stage.steps for p in self.graph.producers(sid))
         return not cyclic or reduce_step_of(self.graph, stage) is not None
@@ -345,8 +345,8 @@ class _QueryPlan:
     checkpoint: str | None
     state_url: str | None  #: where the groupings keep state (streaming with a checkpoint)
     looping: tuple[Stage, ...]  #: keyed stages whose cycle may change key: they send to the loop
-    fed: tuple[Stage, ...]  #: stages the loop front feeds
-    elastic: bool  #: key ranges move between partitions (routes from the control front)
+    fed: tuple[Stage, ...]  #: stages the loop channel feeds
+    elastic: bool  #: key ranges move between partitions (routes from the control channel)
 
 
 class _Wiring:
@@ -377,7 +377,7 @@ class _Wiring:
             if stage is not None and stage is own:
                 continue  # a cycle inside a keyed stage: it never leaves the task
             if (producer, step_id) in graph.cut:
-                continue  # through the loop front: see the loop writers in result()
+                continue  # through the loop channel: see the loop writers in result()
             parts.append(self.items[producer] if stage is None else self.outputs[stage.index])
         unique = list({id(part): part for part in parts}.values())
         merged = unique[0]
@@ -449,7 +449,7 @@ class _Wiring:
             checkpoint=plan.checkpoint if plan.state_url else None,
             latest=graph.release == "latest",
             loop=loop,
-            elastic=key_partitions if route == "route" else None,
+            elastic_partitions=key_partitions if route == "route" else None,
         )
         # the key partition rides with every row, computed as the shuffle computes it:
         # the task keeps that partition's state whatever position Spark's plan gives it
@@ -466,7 +466,7 @@ class _Wiring:
         released = [self.rows_for(sink) for sink in graph.sinks]
         for number, (producer, merge) in enumerate(sorted(graph.cut)):
             # the loop writers run in the query (their rows are part of its result) and
-            # return no rows: what they write comes back through the loop front
+            # return no rows: what they write comes back through the loop channel
             assert self.plan.state_url is not None  # noqa: S101  (a cut graph needs a stream)
             stage = graph._stage_of[producer]
             sent = self.outputs[stage.index].where(F.col("to") == merge)

@@ -43,11 +43,11 @@ def read_min_time(checkpoint: str, batch_id: int, *, in_task: bool = False) -> G
 
     The fronts are every front of the query's flamestream sources: each reports ``(its next
     ts, its id)``, and each source also ``(its horizon, its next unused id)`` for the fronts
-    it has not seen yet (:meth:`FrontOffset.reports`). The ack table (graphs with loop fronts
+    it has not seen yet (:meth:`FrontOffset.reports`). The ack table (graphs with loop channels
     only) holds the global times still in flight in a loop.
 
     ``in_task=True`` asks from inside the batch's tasks, before the batch's own sends into a
-    loop are known: with loop fronts that is the min-time after the previous batch (what
+    loop are known: with loop channels that is the min-time after the previous batch (what
     this batch sends descends from items at or above it); without, it is the same answer.
     """
     loops = loops_enabled(checkpoint)

@@ -15,7 +15,7 @@ computed, before Spark logs it), ``front.read``
 ``sink.commit.marked`` (marker written, Spark's commit log not yet); and in the kafka sink,
 ``sink.kafka.in_transaction`` (records sent in the batch's transaction, not committed); and
 in graphs' keyed stages, ``graph.keyed.saved`` (a task wrote its state snapshot, its output
-not yet sent on); in graphs with a loop front, ``graph.loop.sent`` (a task wrote the items it
+not yet sent on); in graphs with a loop channel, ``graph.loop.sent`` (a task wrote the items it
 sends into the loop and their ack contributions) and ``graph.loop.received`` (a loop read task
 recorded its receipts, its items not yet returned).
 """

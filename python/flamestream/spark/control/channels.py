@@ -1,7 +1,7 @@
-"""The internal channel readers: the loop front and the control front.
+"""The internal channel readers: the loop channel and the control channel.
 
-Neither is a user's source: ``apply`` adds them to a graph's query. The loop front reads back
-what keyed tasks sent into the loop (:mod:`flamestream.spark.durable.loop`); the control front
+Neither is a user's source: ``apply`` adds them to a graph's query. The loop channel reads back
+what keyed tasks sent into the loop (:mod:`flamestream.spark.durable.loop`); the control channel
 carries each tick's key layout (:mod:`flamestream.spark.control.key_layout`) in its offsets.
 """
 
@@ -24,19 +24,19 @@ from flamestream.spark.durable import (
 from flamestream.spark.durable.loop import KEEP_BATCHES, AckTable, LoopStore
 from flamestream.spark.durable.slots import SlotLoads
 
-#: Version of the loop front's offset.
+#: Version of the loop channel's offset.
 LOOP_OFFSET_VERSION = 1
 
 
 @dataclass(frozen=True)
 class LoopRange:
-    """One read task of the loop front: one loop file."""
+    """One read task of the loop channel: one loop file."""
 
     path: str
 
 
 class LoopReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """The loop front's stream reader (``format("flamestream").option("front", "loop")``).
+    """The loop channel's stream reader (``format("flamestream").option("channel", "loop")``).
 
     It supports ``Trigger.AvailableNow`` by offering everything, always: a loop's items are
     made by the query itself, so an AvailableNow run goes on until the loop is empty.
@@ -83,7 +83,7 @@ class LoopReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """The control front: no rows; its offset is the layout of the batch (see module doc)."""
+    """The control channel: no rows; its offset is the layout of the batch (see module doc)."""
 
     def __init__(
         self, checkpoint: str, partitions: int, policy: ElasticPolicy | None = None

@@ -8,14 +8,14 @@ moves with it: a task restores the snapshots of the slots the tick gives it, mer
 runs the batch, and saves one snapshot per slot again (``GroupingState.split`` / ``merge``).
 
 The layout of batch ``b`` is in the query's offset log, as the end offset of an internal
-source, the *control front* (``format("flamestream").option("front", "control")``, unioned in
+source, the *control channel* (``format("flamestream").option("channel", "control")``, unioned in
 by ``apply`` with ``elastic=True``). Its reader runs in the driver's source process: at each
 planning it reads how many items each slot received in the last batch (written by the keyed
 tasks), and if one partition carries much more than its share, it packs the slots anew
 (largest first onto the least loaded partition: a *split* of the hot partition's key range);
 when the load would be even again under the default layout, it goes back to it (a *merge*
 of the ranges it had split). A new
-layout changes the control front's offset; an unchanged one does not, so the control front
+layout changes the control channel's offset; an unchanged one does not, so the control channel
 never makes a batch happen by itself except to carry a decision. A replayed batch reads the
 same offsets, hence the same layout, hence restores the same slots.
 """
@@ -110,7 +110,7 @@ class Layout:
 
 @dataclass(frozen=True)
 class ElasticPolicy:
-    """When the control front moves key ranges (``SparkGraph(elastic=ElasticPolicy(...))``)."""
+    """When the control channel moves key ranges (``SparkGraph(elastic=ElasticPolicy(...))``)."""
 
     skew: float = SKEW
     even: float = EVEN
@@ -118,7 +118,7 @@ class ElasticPolicy:
     gain: float = GAIN
 
     def options(self) -> dict[str, str]:
-        """As control front options."""
+        """As control channel options."""
         return {
             "skew": str(self.skew),
             "even": str(self.even),
@@ -160,7 +160,7 @@ _LAYOUTS: dict[tuple[str, int], Layout] = {}
 
 
 def read_layout(checkpoint: str, batch_id: int, partitions: int) -> Layout:
-    """Batch ``batch_id``'s layout, from the control front's line of the offset log."""
+    """Batch ``batch_id``'s layout, from the control channel's line of the offset log."""
     cached = _LAYOUTS.get((checkpoint, batch_id))
     if cached is not None:
         return cached

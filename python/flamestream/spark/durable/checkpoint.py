@@ -5,8 +5,8 @@ Layout (any fsspec URL)::
     <checkpoint>/offsets/<batch>        Spark's offset log: a version line, the batch's
                                         metadata, then one line per source, in the query's
                                         source order (flamestream's are JSON objects: the
-                                        fronts' FrontOffset, the control front's layout, the
-                                        loop front's offset)
+                                        fronts' FrontOffset, the control channel's layout, the
+                                        loop channel's offset)
     <checkpoint>/commits/<batch>        Spark's commit log: the batch completed
     <checkpoint>/flamestream-graph/     a graph's stores: grouping state, loop, ack table,
                                         slot loads, layout (flamestream.spark.keyed, .loop,

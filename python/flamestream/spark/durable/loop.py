@@ -1,9 +1,9 @@
-"""Loop fronts and the ack table: cycles whose items change key, on Spark.
+"""Loop channels and the ack table: cycles whose items change key, on Spark.
 
 Inside a keyed stage, an item coming round a cycle back to the grouping stays in its task
 when its key lives in the task's partition (map_reduce's items always do). An item whose new
 key lives elsewhere cannot reach that partition within the micro-batch; it is **sent into
-the loop front**: written durably by the task, it re-enters the graph in the next batch,
+the loop channel**: written durably by the task, it re-enters the graph in the next batch,
 shuffled by its key like any entering item, with its original meta. Invalidators (see
 :mod:`flamestream.spark.apply`) go the same way to the partitions that did not see them.
 
@@ -17,14 +17,14 @@ Layout under ``<checkpoint>/flamestream-graph/`` (any fsspec URL)::
 
 **The ack table** is the acker of the model, for what crosses a batch boundary: every item
 sent into the loop XORs a 64-bit id of it into the slot of its global time, and XORs it again
-when the loop front reads it back. Contributions are files named by (batch, task), so a
+when the loop channel reads it back. Contributions are files named by (batch, task), so a
 retried task overwrites its own instead of applying an XOR twice (which would cancel). The
 table after batch ``b`` is the table after ``b - 1`` XOR every contribution of ``b``: a pure
 function of durable files, computed by whichever needs it first (the sink's commit, the loop
 front's planning, a keyed task's garbage collection) and cached. A non-zero slot is a global
 time still in flight; the min-time is the least of the fronts' reports and those slots.
 
-**The loop front** (``format("flamestream").option("front", "loop")``, created by
+**The loop channel** (``format("flamestream").option("channel", "loop")``, created by
 ``apply``) offers, at each planning, the loop files of the batches committed since its last
 offset: ``{"flamestreamLoop": 1, "through": <batch>}``. A replayed batch reads the same
 files (they are kept until later batches committed), whose content is a pure function of the
@@ -77,7 +77,7 @@ def loop_item_xors(table: pa.Table) -> Xors:
 
 
 class AckTable:
-    """The ack table of a graph's loop fronts (see the module docstring)."""
+    """The ack table of a graph's loop channels (see the module docstring)."""
 
     def __init__(self, state_url: str) -> None:
         self.url = state_url.rstrip("/") + "/ack"
@@ -141,7 +141,7 @@ def _parse(data: bytes) -> Xors:
 
 
 class LoopStore:
-    """Items sent into a graph's loop front, by the batch that sent them."""
+    """Items sent into a graph's loop channel, by the batch that sent them."""
 
     def __init__(self, state_url: str) -> None:
         self.state_url = state_url.rstrip("/")
@@ -191,7 +191,7 @@ _LOOPS: dict[str, bool] = {}
 
 
 def loops_enabled(checkpoint: str) -> bool:
-    """Whether the query's graph may send items into a loop front (its layout says so)."""
+    """Whether the query's graph may send items into a loop channel (its layout says so)."""
     known = _LOOPS.get(checkpoint)
     if known is None:
         fs, root = filesystem(QueryCheckpoint(checkpoint).graph_url)

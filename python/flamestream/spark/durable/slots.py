@@ -31,7 +31,7 @@ class SlotLoads:
         write_atomically(fs, path, data, racing=True)
 
     def forget_before(self, batch_id: int) -> None:
-        """Remove the counts of batches before ``batch_id`` (the control front, once judged)."""
+        """Remove the counts of batches before ``batch_id`` (the control channel, once judged)."""
         fs, root = filesystem(self.url)
         for old in numbered(fs, root):
             if old < batch_id:

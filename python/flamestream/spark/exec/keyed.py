@@ -63,7 +63,7 @@ def key_partition(batches: list[pa.RecordBatch], grouping: str) -> int:
 
     ``apply`` puts it in the ``part`` column with the very expression Spark's shuffle uses
     (``pmod(hash(<shuffle column>), n)``). The task's ``partitionId()`` is not it: under a
-    union (a second sink, a merge fed by another branch, the loop or control fronts) Spark
+    union (a second sink, a merge fed by another branch, the loop or control channels) Spark
     numbers the task after the other branches' partitions, and those vary from batch to batch.
     Rows without the column (a runner driven outside ``apply``, as unit tests do) are
     partition 0.
@@ -96,7 +96,7 @@ class KeyedRunner:
         checkpoint: str | None = None,
         latest: bool = False,
         loop: LoopSpec | None = None,
-        elastic: int | None = None,
+        elastic_partitions: int | None = None,
     ) -> None:
         assert stage.grouping is not None  # noqa: S101
         grouping = graph.step(stage.grouping)
@@ -109,7 +109,7 @@ class KeyedRunner:
         }
         self.exits = Exits(graph, keys, render)
         #: where the state comes from and goes to, chosen once (elastic: per slot)
-        self.state_io = state_io(grouping, state_url, checkpoint, elastic)
+        self.state_io = state_io(grouping, state_url, checkpoint, elastic_partitions)
         self.checkpoint = checkpoint
         self.latest = latest  #: release="latest": one item per key and destination per batch
         #: map_reduce's cycle, whose in-order items skip the per-step deliveries (fastpath)

@@ -110,7 +110,7 @@ class SlotSnapshots(StateIO):
         self.partitions = partitions
 
     def layout(self, batch_id: int) -> Layout:
-        """The batch's layout, from the control front's line of the offset log."""
+        """The batch's layout, from the control channel's line of the offset log."""
         return read_layout(self.checkpoint, batch_id, self.partitions)
 
     def restore(self, partition: int, batch_id: int) -> GroupingState:
@@ -149,11 +149,18 @@ class SlotSnapshots(StateIO):
 
 
 def state_io(
-    grouping: Grouping, state_url: str | None, checkpoint: str | None, elastic: int | None
+    grouping: Grouping,
+    state_url: str | None,
+    checkpoint: str | None,
+    elastic_partitions: int | None,
 ) -> StateIO:
-    """The strategy for a keyed stage: task-local, per partition, or per slot (elastic)."""
+    """The strategy for a keyed stage: task-local, per partition, or per slot.
+
+    ``elastic_partitions``: the key partition count when the stage's keys move between
+    partitions (an elastic key layout); None otherwise.
+    """
     if not state_url:
         return TaskLocal(grouping)
-    if elastic is not None and checkpoint is not None:
-        return SlotSnapshots(grouping, state_url, checkpoint, elastic)
+    if elastic_partitions is not None and checkpoint is not None:
+        return SlotSnapshots(grouping, state_url, checkpoint, elastic_partitions)
     return PartitionSnapshots(grouping, state_url)

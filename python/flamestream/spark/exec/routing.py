@@ -143,7 +143,7 @@ class LoopSpec:
 
 
 class LoopWriter:
-    """Sends the rows of a cut edge into the loop front (``mapInArrow``'s function).
+    """Sends the rows of a cut edge into the loop channel (``mapInArrow``'s function).
 
     Used where a cycle through several groupings comes back to its entry: the rows are
     written with their ack contributions, and nothing is returned. The file is named by a

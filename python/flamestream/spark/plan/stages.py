@@ -41,7 +41,7 @@ class Stage:
 
 
 def loop_edges(graph: LogicalGraph) -> frozenset[tuple[str, str]]:
-    """Edges ``(producer, merge)`` whose items go through the loop front, to the next batch.
+    """Edges ``(producer, merge)`` whose items go through the loop channel, to the next batch.
 
     A cycle through several groupings cannot run inside one keyed stage (each grouping is
     keyed its own way). Such a cycle is cut where it comes back to its entry: every edge from
@@ -71,7 +71,7 @@ def plan_stages(
     entering item is the grouping's key of its payload). The remaining stateless steps fuse
     into stages of connected steps with the same number of keyed stages upstream, which keeps
     the stages acyclic. Edges in ``cut`` (:func:`loop_edges`) are left out: their items go to
-    the next batch through the loop front.
+    the next batch through the loop channel.
     """
     components = _strongly_connected(graph, cut)
     keyed: list[set[str]] = []
