@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from flamestream.errors import ConfigError
 from flamestream.spark.connector.options import OptionReader
 
 log = logging.getLogger("flamestream.controller")
@@ -88,8 +89,6 @@ class Budget:
         min_rows = options.integer("minRecordsPerTrigger", 100, minimum=1)
         initial = options.optional_integer("initialRecordsPerTrigger", minimum=1)
         if max_rows is not None and max_rows < min_rows:
-            from flamestream.errors import ConfigError
-
             raise ConfigError(
                 options.step,
                 options.label("minRecordsPerTrigger"),

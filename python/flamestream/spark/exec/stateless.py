@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from flamestream.errors import GraphError, StepError, UnhashableKeyError
 from flamestream.graph.logical import LogicalGraph
+from flamestream.graph.mapreduce import Mapped
 from flamestream.graph.steps import (
     Broadcast,
     Filter,
@@ -257,8 +258,6 @@ class StageRunner:
         Only with ``release="latest"`` and a reducer declared commutative: the key's value at
         the end of the tick is the same, whichever items were combined where.
         """
-        from flamestream.graph.mapreduce import Mapped
-
         order = list(  # per input row: how its meta orders (the suffix comes after)
             zip(
                 batch.column("ts").to_pylist(),

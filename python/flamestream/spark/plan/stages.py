@@ -14,6 +14,7 @@ from typing import Any
 
 from flamestream.errors import GraphError
 from flamestream.graph.logical import LogicalGraph
+from flamestream.graph.mapreduce import ReduceStep
 from flamestream.graph.steps import (
     STATELESS,
     Grouping,
@@ -270,8 +271,6 @@ def keyed_entries(graph: LogicalGraph, stages: list[Stage]) -> dict[str, Callabl
 
 def reduce_step_of(graph: LogicalGraph, stage: Stage) -> Any:
     """The map_reduce reducer (``ReduceStep``) running in a keyed stage, or None."""
-    from flamestream.graph.mapreduce import ReduceStep
-
     for sid in stage.steps:
         step = graph.step(sid)
         if isinstance(step, Map) and isinstance(step.fn, ReduceStep):
