@@ -4,7 +4,7 @@
 
 With a master such as ``local-cluster[2,1,1024]``, executors are separate JVMs; the
 ``FLAMESTREAM_CRASH_*`` variables of this process are then handed to them as executor
-environment, so a crash point can kill one executor (see flamestream.spark.faults).
+environment, so a crash point can kill one executor (see flamestream.spark.connector.faults).
 
 Runs with Trigger.AvailableNow and maxRecordsPerTrigger, so the same input always makes the
 same batches; ``clock=logical`` makes the global times depend on the input alone. ``release``

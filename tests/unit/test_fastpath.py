@@ -1,7 +1,7 @@
 """The keyed stage's in-order fast path gives exactly what the general path gives.
 
 A keyed stage running map_reduce's cycle is driven twice over the same random batches: once
-with the fast path (:mod:`flamestream.spark.fastpath`) and once delivering every item through
+with the fast path (:mod:`flamestream.spark.exec.fastpath`) and once delivering every item through
 ``GroupingState.receive`` and the stateless handlers. After every batch the leaving rows must
 be equal, byte for byte, and so must the grouping states (buckets, clocks, the invalidation
 index, GC bookkeeping, statistics). Batches are random: keys, global times going back and

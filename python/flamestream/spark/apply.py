@@ -1,6 +1,6 @@
 """Run a flamestream graph on a Spark DataFrame of front rows: ``apply_graph(graph, df)``.
 
-The graph is compiled once into stages (:mod:`flamestream.spark.stages`); applying it turns
+The graph is compiled once into stages (:mod:`flamestream.spark.plan.stages`); applying it turns
 the front rows into item rows in Spark SQL (no Python), runs each stage as one
 ``mapInArrow`` pass, and returns the rows that reach the graph's sinks, ready for
 ``writeStream.format("flamestream")`` (whose barrier releases them in global-time order) or,
@@ -67,8 +67,8 @@ class SparkGraph:
     is declared ``commutative``; the default ``"every"`` releases what the model releases.
     ``elastic=True`` (streaming, with a checkpoint) lets key ranges move between the keyed
     partitions between micro-batches, when one partition gets much more than its share of the
-    items (:mod:`flamestream.spark.layout`; an ``ElasticPolicy`` sets when); the released
-    output does not change.
+    items (:mod:`flamestream.spark.control.key_layout`; an ``ElasticPolicy`` sets when); the
+    released output does not change.
     """
 
     def __init__(
@@ -515,10 +515,11 @@ def _invalidators_everywhere(rows: DataFrame, partitions: int, column: str = "ke
     A replayed item (may-invalidate) goes to its key's partition, but the versions it
     invalidates may have had other keys, hence live in other partitions; a tombstone has no
     key at all. So every such row is also sent, as a tombstone of its meta, to each partition
-    that did not get it, with a salt key that lands there (:mod:`flamestream.spark.partitioning`);
-    the grouping there drops what it invalidates and remembers it against late arrivals. A
-    tombstone's own row is replaced by its copies; one whose key is a salt was handled already
-    in that salt's partition (it came through the loop) and goes to the others only.
+    that did not get it, with a salt key that lands there
+    (:mod:`flamestream.spark.exec.partitioning`); the grouping there drops what it invalidates
+    and remembers it against late arrivals. A tombstone's own row is replaced by its copies;
+    one whose key is a salt was handled already in that salt's partition (it came through the
+    loop) and goes to the others only.
 
     ``column`` is what the shuffle routes by: ``key``, or ``route`` under an elastic layout
     (where a copy's route and key are both the salt).

@@ -74,7 +74,7 @@ def read_min_time(checkpoint: str, batch_id: int, *, in_task: bool = False) -> G
 def drop_invalidated(table: pa.Table) -> pa.Table:
     """``table`` without tombstones and without rows a newer version in it invalidates.
 
-    Graph outputs carry ``flags`` and ``trace`` (:mod:`flamestream.spark.items`). Only rows
+    Graph outputs carry ``flags`` and ``trace`` (:mod:`flamestream.spark.exec.items`). Only rows
     flagged may-invalidate can invalidate, and only rows of their own global time, so rows
     are compared within the global times that have a flagged row; the rest pass untouched.
     A victim always reaches the sink before the min-time passes its global time, so it is

@@ -12,7 +12,7 @@ outputs named by batch id are overwritten, never duplicated. Once its marker exi
 replayed commit does nothing.
 
 The min-time comes from Spark's offset log, ``checkpoint/offsets/<batch>``: every flamestream
-front's end offset carries its report (see :mod:`flamestream.spark.front`).
+front's end offset carries its report (see :mod:`flamestream.spark.connector.front`).
 """
 
 from __future__ import annotations

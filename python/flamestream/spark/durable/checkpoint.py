@@ -9,10 +9,10 @@ Layout (any fsspec URL)::
                                         loop channel's offset)
     <checkpoint>/commits/<batch>        Spark's commit log: the batch completed
     <checkpoint>/flamestream-graph/     a graph's stores: grouping state, loop, ack table,
-                                        slot loads, layout (flamestream.spark.keyed, .loop,
-                                        .layout)
+                                        slot loads, layout.json (durable.state, .loop,
+                                        .slots)
     <checkpoint>/flamestream-sink/      a barrier sink's store, unless ``stateLocation`` says
-                                        otherwise (flamestream.spark.barrier)
+                                        otherwise (durable.barrier)
 """
 
 from __future__ import annotations
