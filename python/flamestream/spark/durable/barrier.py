@@ -72,7 +72,7 @@ class BarrierStore:
         folder = posixpath.join(root, "staging", str(batch_id))
         fs.makedirs(folder, exist_ok=True)
         path = posixpath.join(folder, f"part-{partition_id:05d}.arrow")
-        _write_arrow(fs, path, table)
+        _write_arrow(fs, path, table, racing=True)  # a task and its retry may overlap
         return StagedPart(path, table.num_rows)
 
     # --- driver --------------------------------------------------------------------------
@@ -181,11 +181,11 @@ class BarrierStore:
                     fs.rm(path, recursive=True)
 
 
-def _write_arrow(fs: Any, path: str, table: pa.Table) -> None:
+def _write_arrow(fs: Any, path: str, table: pa.Table, *, racing: bool = False) -> None:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
-    write_atomically(fs, path, sink.getvalue().to_pybytes())
+    write_atomically(fs, path, sink.getvalue().to_pybytes(), racing=racing)
 
 
 def _read_arrow(fs: Any, path: str) -> pa.Table:

@@ -5,6 +5,7 @@ Layout: ``<graph>/<grouping>/part-<p>/<batch>.state`` (:class:`StateStore`).
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 from typing import Any
 
@@ -44,9 +45,13 @@ class StateStore:
     def save(self, partition: int, batch_id: int, data: bytes) -> None:
         """Write batch ``batch_id``'s snapshot atomically; drop all but the newest two."""
         fs, folder = self._folder(partition)
-        write_atomically(fs, posixpath.join(folder, f"{batch_id:012d}.state"), data)
+        # racing: Spark may run a keyed stage once per consumer of its output in one batch
+        # (no reuse after the shuffle); the copies write the same bytes, at the same time
+        path = posixpath.join(folder, f"{batch_id:012d}.state")
+        write_atomically(fs, path, data, racing=True)
         for old in self._versions(fs, folder)[:-KEEP_SNAPSHOTS]:
-            fs.rm(posixpath.join(folder, f"{old:012d}.state"))
+            with contextlib.suppress(FileNotFoundError):  # a racing copy removed it first
+                fs.rm(posixpath.join(folder, f"{old:012d}.state"))
 
 
 def state_bytes(checkpoint: str) -> int:

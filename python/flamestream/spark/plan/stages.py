@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from flamestream.errors import GraphError
+from flamestream.errors import GraphError, InvariantError
 from flamestream.graph.logical import LogicalGraph
 from flamestream.graph.mapreduce import ReduceStep
 from flamestream.graph.steps import (
@@ -115,7 +115,7 @@ def plan_stages(
         steps = sorted(component, key=graph_order.__getitem__)
         keyed_by = next(s for s in steps if isinstance(graph.step(s), Grouping))
         units.append((position[f"keyed:{i}"], steps, keyed_by))
-    units.sort(key=lambda unit: unit[0])
+    units = _producers_first(units, producers)
     for producer, merge in cut:  # a cut edge must leave its stage: the loop is between batches
         together = [members for _, members, _ in units if {producer, merge} <= set(members)]
         if together:
@@ -131,6 +131,37 @@ def plan_stages(
         entries = tuple(s for s in members if any(p not in inside for p in producers(s)))
         stages.append(Stage(index, tuple(members), entries, grouping))
     return stages
+
+
+def _producers_first(
+    units: list[tuple[int, list[str], str | None]], producers: Callable[[str], list[str]]
+) -> list[tuple[int, list[str], str | None]]:
+    """The stages ordered so that every stage comes after the stages it reads from.
+
+    A fused group's first step may come early in the graph's order while another of its
+    steps reads a keyed stage that comes later (two branches at the same keyed depth meeting
+    in a merge): sorting by first step alone would wire a stage before its input. A
+    topological sort, taking the earliest-positioned ready stage first, keeps the graph's
+    order wherever that order already puts producers first. Fused groups share a keyed depth,
+    so the stages never form a cycle.
+    """
+    unit_of = {sid: i for i, (_, members, _) in enumerate(units) for sid in members}
+    needs: list[set[int]] = [set() for _ in units]
+    for i, (_, members, _) in enumerate(units):
+        for sid in members:
+            needs[i] |= {unit_of[p] for p in producers(sid) if p in unit_of and unit_of[p] != i}
+    done: set[int] = set()
+    ordered: list[tuple[int, list[str], str | None]] = []
+    while len(ordered) < len(units):
+        ready = [i for i in range(len(units)) if i not in done and needs[i] <= done]
+        if not ready:  # cannot happen (see above); fail loudly rather than wire a cycle
+            left = [units[i][1] for i in range(len(units)) if i not in done]
+            msg = f"the planned stages read each other: {left}"
+            raise InvariantError(msg)
+        first = min(ready, key=lambda i: units[i][0])
+        done.add(first)
+        ordered.append(units[first])
+    return ordered
 
 
 def _check_keyed_entries(graph: LogicalGraph, component: set[str], grouping: str) -> None:
