@@ -84,6 +84,14 @@ class Leaving:
     def __len__(self) -> int:
         return len(self.dests)
 
+    def take_back(self, mark: int) -> None:
+        """Forget the rows added since there were ``mark`` (``run_in_order`` gave up).
+
+        ``run_in_order`` fills times, fronts, traces, payloads and wheres, then the rest.
+        """
+        for column in (self.times, self.fronts, self.traces, self.payloads, self.wheres):
+            del column[mark:]
+
     def add_item(self, dest: str, item: DataItem) -> None:
         """One item the general path sent out of the stage."""
         time = item.meta.global_time
@@ -243,41 +251,51 @@ class MapReduceCycle:
         are taken back, nothing has changed and it returns False (then :meth:`run` does the
         batch).
         """
-        buckets: dict[Hashable, Bucket] = state._buckets
-        by_time = state._by_time
-        fold, merge, exit_to = self.reduce.fold, self.merge, self.exit_to
-        exit_tail, back_bytes = self.exit_tail, self.back_bytes
-        pack = _LOCAL.pack
-        loads = pickle.loads
+        mark = len(leaving)
+        folded = self._fold_in_order(state, columns, determinants, leaving, min_time)
+        if folded is None:
+            leaving.take_back(mark)
+            return False
+        added = len(leaving.times) - mark
+        leaving.dests += [self.exit_to] * added
+        leaving.flags += [0] * added
+        self._keep_last_reduced(state, *folded, added)
+        return True
+
+    def _fold_in_order(
+        self,
+        state: GroupingState,
+        columns: Mapping[str, list[Any]],
+        determinants: dict[GlobalTime, tuple[Any, Any]],
+        leaving: Leaving,
+        min_time: GlobalTime,
+    ) -> tuple[dict[Hashable, list[Any]], list[GlobalTime], _TraceCache] | None:
+        """The first pass of :meth:`run_in_order`: check and fold every row, touching no state.
+
+        Appends the leaving rows (not their destinations and flags); returns None at the first
+        row out of order (the caller takes back what was appended).
+        """
+        buckets, by_time, fold, merge = state._buckets, state._by_time, self.reduce.fold, self.merge
+        exit_tail, back_bytes, pack, loads = (
+            self.exit_tail,
+            self.back_bytes,
+            _LOCAL.pack,
+            pickle.loads,
+        )
         out_times, out_fronts = leaving.times, leaving.fronts
         out_traces, out_payloads, out_wheres = leaving.traces, leaving.payloads, leaving.wheres
-        mark = len(leaving)
         entering: dict[bytes, bytes] = {}  # entering trace -> the bytes of it at the grouping
         merge_local = _LOCAL.pack(0, 0)
-        # per key: [trace bytes at the grouping of its last reduced item (None: the bucket's
-        # last item, not compared by bytes), its global time, its payload, the bucket's clock,
-        # the key's items in the batch, the entering trace of the last one]
+        # per key (see _first_of_key): [trace bytes at the grouping of its last reduced item,
+        # its time, its payload, the bucket's clock, the key's items, its entering trace]
         keys: dict[Hashable, list[Any]] = {}
         times: list[GlobalTime] = []  # distinct global times, in order
         decoded = _TraceCache()
         last: tuple[int, int] | None = None
-        time = GlobalTime(0, 0)
-        where: tuple[Any, Any] = (None, None)
-        ok = True
-        for ts, front, trace, flags, source, position, to, payload in zip(
-            columns["ts"],
-            columns["front"],
-            columns["trace"],
-            columns["flags"],
-            columns["source"],
-            columns["position"],
-            columns["to"],
-            columns["payload"],
-            strict=True,
-        ):
+        time, where, ok = GlobalTime(0, 0), (None, None), True
+        for ts, front, trace, flags, source, position, to, payload in _rows(columns):
             if (ts, front) != last:
-                last = (ts, front)
-                time = GlobalTime(ts, front)
+                last, time = (ts, front), GlobalTime(ts, front)
                 where = determinants.setdefault(time, (source, position))
                 peers = by_time.get(time)
                 if not time < min_time or (peers and any(p.may_invalidate for _, p in peers)):
@@ -293,14 +311,12 @@ class MapReduceCycle:
                 x_bytes = entering[trace] = trace + merge_local
             held = keys.get(key)
             if held is None:
-                bucket = buckets.get(key)
-                previous = bucket.items[-1] if bucket is not None and bucket.items else None
-                if previous is not None and not previous.meta < Meta(time, decoded(trace)):
+                first = _first_of_key(buckets.get(key), time, trace, decoded)
+                if first is None:  # not after the bucket's last item
                     ok = False
                     break
-                clock = bucket.clock if bucket is not None else 0
-                before = None if previous is None else previous.payload
-                held = keys[key] = [None, time, None, clock, 0, trace]
+                held, before = first
+                keys[key] = held
             else:
                 # after the key's last reduced item r (same time: compare the encoded traces)
                 if held[1] is time and not x_bytes > held[0]:
@@ -322,13 +338,22 @@ class MapReduceCycle:
             out_traces.append(at_grouping + exit_tail)
             out_payloads.append(reduced)
             out_wheres.append(where)
-        if not ok:
-            del out_times[mark:], out_fronts[mark:], out_traces[mark:]
-            del out_payloads[mark:], out_wheres[mark:]
-            return False
-        added = len(out_times) - mark
-        leaving.dests += [exit_to] * added
-        leaving.flags += [0] * added
+        return (keys, times, decoded) if ok else None
+
+    def _keep_last_reduced(
+        self,
+        state: GroupingState,
+        keys: dict[Hashable, list[Any]],
+        times: list[GlobalTime],
+        decoded: _TraceCache,
+        added: int,
+    ) -> None:
+        """The state as :meth:`run` and then ``collect_garbage(min_time)`` would leave it.
+
+        ``keys`` holds, per key of the batch, what :meth:`run_in_order` kept of its last
+        reduced item; ``times`` the batch's global times; ``added`` the items that left.
+        """
+        buckets, by_time = state._buckets, state._by_time
         # What run() and then collect_garbage(min_time) leave. The collection's part for the
         # index stays with it: the heap gets the pushes run() makes, the collection pops them.
         times_heap, stats = state._times, state.stats
@@ -356,7 +381,6 @@ class MapReduceCycle:
                 oversized.discard(key)
         stats.received += 2 * added
         stats.emitted += 2 * added
-        return True
 
     def run(
         self,
@@ -374,9 +398,6 @@ class MapReduceCycle:
         # The grouping's internals, as GroupingState.receive's in-order branch touches them.
         buckets: dict[Hashable, Bucket] = state._buckets
         by_time = state._by_time
-        times_heap = state._times
-        oversized = state._oversized
-        stats = state.stats
         reduce, merge, exit_to = self.reduce, self.merge, self.exit_to
         exit_tail, back_tail = self.exit_tail, self.back_tail
         pack = _LOCAL.pack
@@ -392,31 +413,18 @@ class MapReduceCycle:
         clean: bool | None = None  # no may-invalidate item of ``time`` in the index
         fast = 0
         for row, (ts, front, trace, flags, source, position, to, payload) in enumerate(
-            zip(
-                columns["ts"],
-                columns["front"],
-                columns["trace"],
-                columns["flags"],
-                columns["source"],
-                columns["position"],
-                columns["to"],
-                columns["payload"],
-                strict=True,
-            )
+            _rows(columns)
         ):
             if (ts, front) != last:  # sorted by meta: a global time's rows come together
                 last = (ts, front)
                 time = GlobalTime(ts, front)
                 where = determinants.setdefault(time, (source, position))
                 clean = None
-            if flags or to != merge or payload is None:
-                general(row)
-                clean = None  # the general path may have indexed may-invalidate items
-                continue
-            mapped = decode_payload(payload)
+            plain = not flags and to == merge and payload is not None
+            mapped = decode_payload(payload) if plain else None
             if not isinstance(mapped, Mapped):
                 general(row)
-                clean = None
+                clean = None  # the general path may have indexed may-invalidate items
                 continue
             known = entering.get(trace)
             if known is None:
@@ -443,24 +451,7 @@ class MapReduceCycle:
                 general(row)
                 clean = None
                 continue
-            # What receive(x), the cycle and receive(r) do to the state, in that order.
-            if bucket is None:
-                bucket = buckets[key] = Bucket()
-            clock = bucket.clock + 1
-            bucket.clock = clock + 1
-            x = DataItem(mapped, x_meta)
-            r = DataItem(reduced, Meta(time, (*x_trace, LocalTime(clock, 0), *back_tail)))
-            bucket.items.append(x)
-            bucket.items.append(r)
-            oversized.add(key)  # the bucket holds at least x and r: window (2) items
-            entries = by_time.get(time)
-            if entries is None:
-                entries = by_time[time] = []
-                heappush(times_heap, time)
-            entries.append((key, x))
-            entries.append((key, r))
-            stats.received += 2
-            stats.emitted += 2
+            clock = _remember_pair(state, key, bucket, mapped, reduced, x_meta, back_tail)
             out_dests.append(exit_to)
             out_times.append(ts)
             out_fronts.append(front)
@@ -470,6 +461,70 @@ class MapReduceCycle:
             out_wheres.append(where)
             fast += 1
         return fast
+
+
+def _first_of_key(
+    bucket: Bucket | None, time: GlobalTime, trace: bytes, decoded: _TraceCache
+) -> tuple[list[Any], Any] | None:
+    """For a key's first row of an in-order batch: its ``held`` record and its tuple's head.
+
+    None when the row does not come after the bucket's last item (not in order).
+    """
+    previous = bucket.items[-1] if bucket is not None and bucket.items else None
+    if previous is not None and not previous.meta < Meta(time, decoded(trace)):
+        return None
+    clock = bucket.clock if bucket is not None else 0
+    before = None if previous is None else previous.payload
+    return [None, time, None, clock, 0, trace], before
+
+
+def _rows(columns: Mapping[str, list[Any]]) -> Any:
+    """The item columns a keyed stage reads, row by row (``ts`` ... ``payload``)."""
+    return zip(
+        columns["ts"],
+        columns["front"],
+        columns["trace"],
+        columns["flags"],
+        columns["source"],
+        columns["position"],
+        columns["to"],
+        columns["payload"],
+        strict=True,
+    )
+
+
+def _remember_pair(
+    state: GroupingState,
+    key: Hashable,
+    bucket: Bucket | None,
+    mapped: Mapped[Any, Any],
+    reduced: Any,
+    x_meta: Meta,
+    back_tail: tuple[LocalTime, ...],
+) -> int:
+    """What receive(x), the cycle and receive(r) do to the state, in that order.
+
+    x is the mapped item, r the reduced one; returns the grouping's logical time of x's tuple.
+    """
+    if bucket is None:
+        bucket = state._buckets[key] = Bucket()
+    clock = bucket.clock + 1
+    bucket.clock = clock + 1
+    time = x_meta.global_time
+    x = DataItem(mapped, x_meta)
+    r = DataItem(reduced, Meta(time, (*x_meta.trace, LocalTime(clock, 0), *back_tail)))
+    bucket.items.append(x)
+    bucket.items.append(r)
+    state._oversized.add(key)  # the bucket holds at least x and r: window (2) items
+    entries = state._by_time.get(time)
+    if entries is None:
+        entries = state._by_time[time] = []
+        heappush(state._times, time)
+    entries.append((key, x))
+    entries.append((key, r))
+    state.stats.received += 2
+    state.stats.emitted += 2
+    return clock
 
 
 class _TraceCache(dict[bytes, tuple[LocalTime, ...]]):
