@@ -44,10 +44,11 @@ setup: $(STAMP) $(SHIM) $(PRECOMPILED)  ## create .venv, install flamestream wit
 run: setup  ## set up, then run the main job (a streaming query on local Spark, see README)
 	$(PY) -m flamestream.examples.stream_files
 
-lint: setup  ## ruff (lint + format check) and mypy
-	$(PY) -m ruff check python tests benchmarks
-	$(PY) -m ruff format --check python tests benchmarks
+lint: setup  ## ruff (lint + format check), mypy, no function over 80 lines
+	$(PY) -m ruff check python tests benchmarks tools
+	$(PY) -m ruff format --check python tests benchmarks tools
 	$(PY) -m mypy
+	$(PY) tools/function_length.py python
 
 test: lint  ## set up, lint, then run the whole test suite
 	$(PY) -m pytest
