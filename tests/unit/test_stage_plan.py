@@ -7,22 +7,25 @@ ordered by its first step and wired before one of its inputs existed.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flamestream.spark.apply import SparkGraph
+from flamestream.spark.plan import ExecutionPlan, plan_execution
 
 from ..random_graphs import random_graph
 
 
-def wired_in_order(graph: SparkGraph) -> bool:
+def wired_in_order(plan: ExecutionPlan) -> bool:
     """Whether each stage's entries read only stages before it (or the source, or the loop)."""
     done: set[int] = set()
-    for stage in graph.stages:
+    for stage in plan.stages:
         for entry in stage.entries:
-            for producer in graph.graph.producers(entry):
-                other = graph._stage_of.get(producer)
-                if other is None or other is stage or (producer, entry) in graph.cut:
+            for producer in plan.graph.producers(entry):
+                other = plan.stage_of.get(producer)
+                if other is None or other is stage or (producer, entry) in plan.cut:
                     continue
                 if other.index not in done:
                     return False
@@ -34,10 +37,29 @@ def wired_in_order(graph: SparkGraph) -> bool:
 @given(seed=st.integers(0, 100_000), fusion=st.booleans())
 def test_stages_come_after_the_stages_they_read(seed: int, fusion: bool):
     grown = random_graph(seed)
-    assert wired_in_order(SparkGraph(grown.flow, fusion=fusion)), str(grown)
+    plan = plan_execution(grown.flow.build(), fusion=fusion)
+    assert wired_in_order(plan), str(grown)
+    # every step but the source and sinks runs in exactly one stage; describe names them all
+    steps = [sid for stage in plan.stages for sid in stage.steps]
+    assert sorted(steps) == sorted(set(plan.graph.steps) - {plan.source, *plan.sinks})
+    text = plan.describe()
+    assert all(f"sink {sink}" in text for sink in plan.sinks), text
 
 
 def test_the_graph_that_found_it():
-    graph = SparkGraph(random_graph(19).flow)
-    assert wired_in_order(graph)
-    assert [s.index for s in graph.stages] == list(range(1, len(graph.stages) + 1))
+    plan = plan_execution(random_graph(19).flow.build())
+    assert wired_in_order(plan)
+    assert [s.index for s in plan.stages] == list(range(1, len(plan.stages) + 1))
+
+
+def test_planning_imports_no_spark():
+    """The plan is unit-testable without Spark: importing and running it loads no pyspark."""
+    code = (
+        "import sys\n"
+        "from flamestream.examples.wordcount import build_flow\n"
+        "from flamestream.spark.plan import plan_execution\n"
+        "plan_execution(build_flow().build(), release='latest').describe()\n"
+        "assert 'pyspark' not in sys.modules, sorted(m for m in sys.modules if 'spark' in m)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

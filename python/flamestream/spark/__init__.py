@@ -2,10 +2,25 @@
 
 ``apply_graph(flow, df)`` runs a graph on the rows of ``format("flamestream")`` fronts
 (:mod:`flamestream.spark.apply`); the rest is shared by every connector in
-:mod:`pyspark_flamestream`. Importing this package's modules imports pyspark; the model, graph
-and reference runtime never do.
+:mod:`pyspark_flamestream`. The model, graph and reference runtime never import pyspark, and
+neither does the plan (:mod:`flamestream.spark.plan`): ``SparkGraph`` and ``apply_graph`` are
+imported from :mod:`.apply` on first use, so planning a graph needs no Spark.
 """
 
-from flamestream.spark.apply import SparkGraph, apply_graph
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from flamestream.spark.apply import SparkGraph, apply_graph
 
 __all__ = ["SparkGraph", "apply_graph"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from flamestream.spark import apply
+
+        return getattr(apply, name)
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)

@@ -1,7 +1,7 @@
 """Run a flamestream graph on a Spark DataFrame of front rows: ``apply_graph(graph, df)``.
 
-The graph is compiled once into stages (:mod:`flamestream.spark.plan.stages`); applying it turns
-the front rows into item rows in Spark SQL (no Python), runs each stage as one
+The graph is compiled once into an execution plan (:mod:`flamestream.spark.plan`); applying
+it turns the front rows into item rows in Spark SQL (no Python), runs each stage as one
 ``mapInArrow`` pass, and returns the rows that reach the graph's sinks, ready for
 ``writeStream.format("flamestream")`` (whose barrier releases them in global-time order) or,
 on a bounded ``spark.read.format("flamestream")`` input, for any batch writer. The same graph
@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 from flamestream.errors import ConfigError, GraphError
 from flamestream.graph.dataflow import Dataflow
 from flamestream.graph.logical import LogicalGraph
-from flamestream.graph.steps import Merge, Sink, Source
 from flamestream.spark.control.key_layout import ElasticPolicy
 from flamestream.spark.durable import QueryCheckpoint, filesystem, write_atomically
 from flamestream.spark.exec.items import BYTES_TAG, ITEM_DDL, MAY_INVALIDATE, TEXT_TAG, TOMBSTONE
@@ -38,14 +37,8 @@ from flamestream.spark.exec.keyed import KeyedRunner
 from flamestream.spark.exec.partitioning import KEY_PARTITION, SALT_PREFIX, salts
 from flamestream.spark.exec.routing import LoopSpec, LoopWriter, Router
 from flamestream.spark.exec.stateless import StageRunner, render_default
-from flamestream.spark.plan.stages import (
-    Stage,
-    keyed_entries,
-    loop_edges,
-    plan_stages,
-    precombiners,
-    reduce_step_of,
-)
+from flamestream.spark.plan.execution import plan_execution
+from flamestream.spark.plan.stages import Stage
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -81,86 +74,29 @@ class SparkGraph:
         release: str = "every",
         elastic: bool | ElasticPolicy = False,
     ) -> None:
-        self.graph = flow.build() if isinstance(flow, Dataflow) else flow
+        graph = flow.build() if isinstance(flow, Dataflow) else flow
+        self.plan = plan_execution(graph, fusion=fusion, release=release)
+        self.graph = graph
         self.fusion = fusion
         self.render = render
         self.partitions = partitions
         self.elastic = ElasticPolicy() if elastic is True else (elastic or None)
-        self.cut = loop_edges(self.graph)  #: edges whose items go through the loop channel
-        self.stages = plan_stages(self.graph, fusion=fusion, cut=self.cut)
-        self.keys = keyed_entries(self.graph, self.stages)
-        if release not in ("every", "latest"):
-            raise GraphError(self.graph.name, "release 'every' or 'latest'", repr(release), "")
         self.release = release
-        self.precombine: dict[str, Callable[[Any, Any], Any]] = {}
-        if release == "latest":
-            for stage in self.stages:
-                if stage.grouping and reduce_step_of(self.graph, stage) is None:
-                    raise GraphError(
-                        stage.grouping,
-                        "release='latest' on graphs whose groupings are map_reduce's",
-                        "a grouping without a reduce step",
-                        "use release='every', or build the aggregation with map_reduce",
-                    )
-            self.precombine = precombiners(self.graph, self.stages)
-        sources = [sid for sid, step in self.graph.steps.items() if isinstance(step, Source)]
-        if len(sources) != 1:
-            raise GraphError(
-                self.graph.name,
-                "exactly one source (the DataFrame's rows enter there)",
-                f"{len(sources)} sources: {', '.join(sources) or 'none'}",
-                "merge several fronts into one DataFrame (union) and give the graph one source",
-            )
-        self.source = sources[0]
-        self.sinks = [sid for sid, step in self.graph.steps.items() if isinstance(step, Sink)]
-        self._stage_of = {sid: stage for stage in self.stages for sid in stage.steps}
+        self.stages = list(self.plan.stages)
+        self.cut = self.plan.cut  #: edges whose items go through the loop channel
+        self.keys = dict(self.plan.keys)
+        self.precombine = dict(self.plan.precombine)
+        self.source = self.plan.source
+        self.sinks = list(self.plan.sinks)
 
     def describe(self) -> str:
         """What runs where: the stages, the steps fused into each, and where items go."""
-        mode = "on" if self.fusion else "off"
-        count = len(self.stages)
-        lines = [f"graph {self.graph.name}: {count} stage{'s' * (count != 1)}, fusion {mode}"]
-        lines.append(f"  source {self.source} -> {self._where(self.graph.consumer(self.source))}")
-        if self.release == "latest":
-            combined = ", ".join(sorted(self.precombine)) or "none"
-            lines.append(
-                f"  release latest: one value per key per batch; map-side pre-combining "
-                f"into: {combined}"
-            )
-        for stage in self.stages:
-            leaving = sorted(
-                {
-                    f"loop channel -> {self._where(dest)}"
-                    if (sid, dest) in self.cut
-                    else self._where(dest)
-                    for sid, dest in self._leaving(stage)
-                }
-            )
-            cyclic = len(stage.steps) > 1
-            if stage.grouping and self._key_local(stage):
-                kind = f"keyed by {stage.grouping}: "
-                how = "shuffled by key, state per partition" + (
-                    ", its cycle runs in the task" if cyclic else ""
-                )
-            elif stage.grouping:
-                kind = f"keyed by {stage.grouping}: "
-                how = (
-                    "shuffled by key, state per partition; items the cycle hands to a key of "
-                    "another partition go through the loop channel"
-                )
-            else:
-                kind = "fused: " if len(stage.steps) > 1 else ""
-                how = "one mapInArrow pass"
-            lines.append(
-                f"  stage {stage.index} [{kind}{' -> '.join(stage.steps)}] ({how}) "
-                f"-> {', '.join(leaving)}"
-            )
-        return "\n".join(lines)
+        return self.plan.describe()
 
     @property
     def keyed(self) -> bool:
         """Whether the graph has groupings (keyed stages with state)."""
-        return any(stage.grouping for stage in self.stages)
+        return self.plan.keyed
 
     def apply(
         self, df: DataFrame, *, payload: str = "value", checkpoint_location: str | None = None
@@ -209,7 +145,7 @@ class SparkGraph:
                 f"a bounded one (the cycle's edges {cycle} go on in the next micro-batch)",
                 "read with spark.readStream (Trigger.AvailableNow runs until the loop is empty)",
             )
-        looping = tuple(s for s in self.stages if s.grouping and not self._key_local(s))
+        looping = tuple(s for s in self.stages if s.grouping and not self.plan.key_local(s))
         targets = {merge for _, merge in self.cut}
         fed = looping + tuple(s for s in self.stages if targets & set(s.steps) and s not in looping)
         streaming = bool(checkpoint_location) and df.isStreaming
@@ -297,44 +233,10 @@ class SparkGraph:
             F.lit(None).cast("string").alias("value"),
         )
 
-    def _key_local(self, stage: Stage) -> bool:
-        """Whether items coming round the stage's cycle keep their key (map_reduce's do).
-
-        Other cycles may hand an item to another key, whose state may live in another
-        partition: those stages route such items through the loop channel.
-        """
-        cyclic = any(p in stage.steps for sid in stage.steps for p in self.graph.producers(sid))
-        return not cyclic or reduce_step_of(self.graph, stage) is not None
-
-    def _reentry(self, stage: Stage) -> frozenset[str]:
-        """The stage's steps from which an item reaches the grouping through merges only."""
-        found = set()
-        for sid in stage.steps:
-            current = sid
-            while isinstance(self.graph.step(current), Merge):
-                current = self.graph.consumer(current)
-            if current == stage.grouping:
-                found.add(sid)
-        return frozenset(found)
-
     def _runner(self, stage: Stage) -> Callable[..., Any]:
         name = stage.name if stage.steps else "flamestream_key"
         runner = StageRunner(self.graph, stage, self.keys, self.render, self.precombine)
         return _named(runner, name)
-
-    def _leaving(self, stage: Stage) -> list[tuple[str, str]]:
-        """(step, destination) of the edges leaving ``stage``."""
-        inside = set(stage.steps)
-        return [
-            (sid, self.graph.consumer(sid, port))
-            for sid in stage.steps
-            for port in range(self.graph.step(sid).outputs)
-            if self.graph.consumer(sid, port) not in inside
-        ]
-
-    def _where(self, step_id: str) -> str:
-        stage = self._stage_of.get(step_id)
-        return f"stage {stage.index}" if stage else f"sink {step_id}"
 
 
 @dataclass(frozen=True)
@@ -371,9 +273,9 @@ class _Wiring:
 
         graph = self.graph
         parts = []
-        own = graph._stage_of.get(step_id)
+        own = graph.plan.stage_of.get(step_id)
         for producer in graph.graph.producers(step_id):
-            stage = graph._stage_of.get(producer)
+            stage = graph.plan.stage_of.get(producer)
             if stage is not None and stage is own:
                 continue  # a cycle inside a keyed stage: it never leaves the task
             if (producer, step_id) in graph.cut:
@@ -393,7 +295,7 @@ class _Wiring:
         stage_input = entries[0]
         for more in entries[1:]:
             stage_input = stage_input.unionByName(more)
-        of = self.graph._stage_of
+        of = self.graph.plan.stage_of
         upstream = {
             of[p].index
             for entry in stage.entries
@@ -425,7 +327,7 @@ class _Wiring:
         key_partitions = plan.partitions
         if stage in plan.looping:
             if plan.state_url is not None:
-                reentry = graph._reentry(stage)
+                reentry = graph.plan.reentry(stage)
                 loop = LoopSpec(stage.index, reentry, plan.partitions, plan.state_url)
             else:  # a bounded input has no next batch: every key in one task
                 key_partitions = 1
@@ -468,7 +370,7 @@ class _Wiring:
             # the loop writers run in the query (their rows are part of its result) and
             # return no rows: what they write comes back through the loop channel
             assert self.plan.state_url is not None  # noqa: S101  (a cut graph needs a stream)
-            stage = graph._stage_of[producer]
+            stage = graph.plan.stage_of[producer]
             sent = self.outputs[stage.index].where(F.col("to") == merge)
             writer = LoopWriter(self.plan.state_url, f"cut{number}")
             released.append(sent.mapInArrow(_named(writer, f"flamestream_loop_{merge}"), ITEM_DDL))

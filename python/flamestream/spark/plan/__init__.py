@@ -1,4 +1,9 @@
-"""Stage planning: a graph's steps grouped into Spark stages. Needs no Spark.
+"""Planning: a graph compiled into Spark stages and an execution plan. Needs no Spark.
 
-Condensation of cycles, fusion of stateless steps, loop edges (:mod:`.stages`).
+:mod:`.stages` condenses cycles, fuses stateless steps and cuts loop edges;
+:mod:`.execution` holds the result as an ``ExecutionPlan`` and describes it.
 """
+
+from flamestream.spark.plan.execution import ExecutionPlan, plan_execution
+
+__all__ = ["ExecutionPlan", "plan_execution"]

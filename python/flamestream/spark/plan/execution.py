@@ -1,0 +1,178 @@
+"""The execution plan: a graph compiled into stages, and what runs where. Needs no Spark.
+
+``plan_execution(graph)`` decides everything that depends on the graph alone: the stages
+(:func:`~flamestream.spark.plan.stages.plan_stages`), the loop edges, the key function of
+every keyed entry, the map-side pre-combiners of ``release="latest"``, the source and the
+sinks. ``SparkGraph`` wires the plan onto DataFrames; ``describe()`` prints it.
+
+>>> from flamestream import Dataflow
+>>> flow = Dataflow("clean")
+>>> words = flow.flat_map("split", flow.source("lines"), str.split)
+>>> flow.sink("out", flow.map("upper", words, str.upper))
+>>> print(plan_execution(flow.build()).describe())
+graph clean: 1 stage, fusion on
+  source lines -> stage 1
+  stage 1 [fused: split -> upper] (one mapInArrow pass) -> sink out
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from flamestream.errors import GraphError
+from flamestream.graph.logical import LogicalGraph
+from flamestream.graph.steps import Merge, Sink, Source
+from flamestream.spark.plan.stages import (
+    Stage,
+    keyed_entries,
+    loop_edges,
+    plan_stages,
+    precombiners,
+    reduce_step_of,
+)
+
+#: The release modes: every update the model releases, or the latest value per key per batch.
+RELEASES = ("every", "latest")
+
+
+@dataclass(frozen=True)
+class ExecutionPlan:
+    """A graph's stages and their wiring, decided once per graph (not per DataFrame)."""
+
+    graph: LogicalGraph
+    fusion: bool
+    release: str  #: "every" or "latest"
+    stages: tuple[Stage, ...]  #: producers first
+    cut: frozenset[tuple[str, str]]  #: edges whose items go through the loop channel
+    keys: Mapping[str, Callable[[Any], Any]]  #: per keyed entry, the key it is shuffled by
+    precombine: Mapping[str, Callable[[Any, Any], Any]]  #: per keyed entry, map-side combiner
+    source: str
+    sinks: tuple[str, ...]
+    stage_of: Mapping[str, Stage] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        by_step = {sid: stage for stage in self.stages for sid in stage.steps}
+        object.__setattr__(self, "stage_of", by_step)
+
+    @property
+    def keyed(self) -> bool:
+        """Whether the graph has groupings (keyed stages with state)."""
+        return any(stage.grouping for stage in self.stages)
+
+    def key_local(self, stage: Stage) -> bool:
+        """Whether items coming round the stage's cycle keep their key (map_reduce's do).
+
+        Other cycles may hand an item to another key, whose state may live in another
+        partition: those stages route such items through the loop channel.
+        """
+        steps = self.graph
+        cyclic = any(p in stage.steps for sid in stage.steps for p in steps.producers(sid))
+        return not cyclic or reduce_step_of(steps, stage) is not None
+
+    def reentry(self, stage: Stage) -> frozenset[str]:
+        """The stage's steps from which an item reaches the grouping through merges only."""
+        found = set()
+        for sid in stage.steps:
+            current = sid
+            while isinstance(self.graph.step(current), Merge):
+                current = self.graph.consumer(current)
+            if current == stage.grouping:
+                found.add(sid)
+        return frozenset(found)
+
+    def leaving(self, stage: Stage) -> list[tuple[str, str]]:
+        """(step, destination) of the edges leaving ``stage``."""
+        inside = set(stage.steps)
+        return [
+            (sid, self.graph.consumer(sid, port))
+            for sid in stage.steps
+            for port in range(self.graph.step(sid).outputs)
+            if self.graph.consumer(sid, port) not in inside
+        ]
+
+    def where(self, step_id: str) -> str:
+        """``stage N`` for a step, ``sink S`` for a sink."""
+        stage = self.stage_of.get(step_id)
+        return f"stage {stage.index}" if stage else f"sink {step_id}"
+
+    def describe(self) -> str:
+        """What runs where: the stages, the steps fused into each, and where items go."""
+        mode = "on" if self.fusion else "off"
+        count = len(self.stages)
+        lines = [f"graph {self.graph.name}: {count} stage{'s' * (count != 1)}, fusion {mode}"]
+        lines.append(f"  source {self.source} -> {self.where(self.graph.consumer(self.source))}")
+        if self.release == "latest":
+            combined = ", ".join(sorted(self.precombine)) or "none"
+            lines.append(
+                f"  release latest: one value per key per batch; map-side pre-combining "
+                f"into: {combined}"
+            )
+        lines.extend(self._describe_stage(stage) for stage in self.stages)
+        return "\n".join(lines)
+
+    def _describe_stage(self, stage: Stage) -> str:
+        leaving = sorted(
+            {
+                f"loop channel -> {self.where(dest)}"
+                if (sid, dest) in self.cut
+                else self.where(dest)
+                for sid, dest in self.leaving(stage)
+            }
+        )
+        if stage.grouping and self.key_local(stage):
+            kind = f"keyed by {stage.grouping}: "
+            how = "shuffled by key, state per partition"
+            how += ", its cycle runs in the task" if len(stage.steps) > 1 else ""
+        elif stage.grouping:
+            kind = f"keyed by {stage.grouping}: "
+            how = (
+                "shuffled by key, state per partition; items the cycle hands to a key of "
+                "another partition go through the loop channel"
+            )
+        else:
+            kind = "fused: " if len(stage.steps) > 1 else ""
+            how = "one mapInArrow pass"
+        return (
+            f"  stage {stage.index} [{kind}{' -> '.join(stage.steps)}] ({how}) "
+            f"-> {', '.join(leaving)}"
+        )
+
+
+def plan_execution(
+    graph: LogicalGraph, *, fusion: bool = True, release: str = "every"
+) -> ExecutionPlan:
+    """Compile ``graph`` into its execution plan; a ``GraphError`` names what cannot run."""
+    if release not in RELEASES:
+        raise GraphError(graph.name, "release 'every' or 'latest'", repr(release), "")
+    cut = loop_edges(graph)
+    stages = plan_stages(graph, fusion=fusion, cut=cut)
+    if release == "latest":
+        for stage in stages:
+            if stage.grouping and reduce_step_of(graph, stage) is None:
+                raise GraphError(
+                    stage.grouping,
+                    "release='latest' on graphs whose groupings are map_reduce's",
+                    "a grouping without a reduce step",
+                    "use release='every', or build the aggregation with map_reduce",
+                )
+    sources = [sid for sid, step in graph.steps.items() if isinstance(step, Source)]
+    if len(sources) != 1:
+        raise GraphError(
+            graph.name,
+            "exactly one source (the DataFrame's rows enter there)",
+            f"{len(sources)} sources: {', '.join(sources) or 'none'}",
+            "merge several fronts into one DataFrame (union) and give the graph one source",
+        )
+    return ExecutionPlan(
+        graph=graph,
+        fusion=fusion,
+        release=release,
+        stages=tuple(stages),
+        cut=cut,
+        keys=keyed_entries(graph, stages),
+        precombine=precombiners(graph, stages) if release == "latest" else {},
+        source=sources[0],
+        sinks=tuple(sid for sid, step in graph.steps.items() if isinstance(step, Sink)),
+    )
