@@ -221,6 +221,73 @@ class GroupingState:
         msg = f"grouping {self.step_id!r}: {item.meta} missing from the index"
         raise InvariantError(msg)
 
+    # --- in-order appends (what a runtime that checked the order itself may do) -------------
+    #
+    # The Spark fast path folds a sorted batch without calling ``receive`` per item. These
+    # methods are ``receive``'s in-order branch, opened up: the caller guarantees the order
+    # (each appended item after the bucket's last, no may-invalidate peer at its time).
+
+    def tail(self, key: Hashable) -> tuple[DataItem | None, int]:
+        """``key``'s last item (None for an empty or missing bucket) and its bucket's clock."""
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            return None, 0
+        return (bucket.items[-1] if bucket.items else None), bucket.clock
+
+    def may_invalidate_at(self, time: GlobalTime) -> bool:
+        """Whether the index holds an item of ``time`` that may invalidate (not in order)."""
+        peers = self._by_time.get(time)
+        return peers is not None and any(p.may_invalidate for _, p in peers)
+
+    def append_in_order(self, key: Hashable, items: Iterable[DataItem], clock: int) -> None:
+        """Append ``items`` (in meta order, after ``key``'s last) and index them.
+
+        Leaves the state as ``receive`` leaves it for each, in order, with the bucket's clock
+        set to ``clock`` (the caller emitted their tuples with the clocks before it).
+        """
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = Bucket()
+        added = 0
+        for item in items:
+            bucket.items.append(item)
+            self._remember(key, item)
+            added += 1
+        bucket.clock = clock
+        if len(bucket.items) >= self.window:
+            self._oversized.add(key)
+        self.stats.received += added
+        self.stats.emitted += added
+
+    def index_times(self, times: Iterable[GlobalTime]) -> None:
+        """Index ``times`` (without items), as appends of their items would, for GC to drop."""
+        for time in times:
+            if time not in self._by_time:
+                self._by_time[time] = []
+                heapq.heappush(self._times, time)
+
+    def settle_in_order(
+        self, key: Hashable, kept: Iterable[DataItem], clock: int, appended: int
+    ) -> None:
+        """``key``'s bucket as ``appended`` in-order appends, then GC, would leave it: ``kept``.
+
+        For a caller that appends only items below the min-time it collects at next: of the
+        bucket, only its last ``window - 1`` items (``kept``, which the caller made) survive,
+        and the index entries of their times go at the collection (see :meth:`index_times`).
+        Counts the appends and what the collection drops, as the two steps would.
+        """
+        bucket = self._buckets.get(key)
+        held = 0 if bucket is None else len(bucket.items)
+        kept = list(kept)
+        self._buckets[key] = Bucket(kept, clock)
+        if len(kept) >= self.window:
+            self._oversized.add(key)
+        else:
+            self._oversized.discard(key)
+        self.stats.received += appended
+        self.stats.emitted += appended
+        self.stats.collected += held + appended - len(kept)
+
     # --- garbage collection --------------------------------------------------------------
 
     def collect_garbage(self, min_time: GlobalTime) -> None:

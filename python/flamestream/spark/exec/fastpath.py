@@ -20,8 +20,9 @@ grouping                appends ``r`` (in order: its trace extends ``x``'s); emi
 
 :class:`MapReduceCycle` does exactly that: the same bucket appends, index entries, counters
 and statistics as :meth:`GroupingState.receive
-<flamestream.runtime.grouping.GroupingState.receive>`, the same leaving row, without the
-intermediate items and deliveries. An item takes the fast path only when every step of that
+<flamestream.runtime.grouping.GroupingState.receive>`, made through the state's public
+in-order methods (``tail``, ``append_in_order``, ``settle_in_order``), the same leaving row,
+without the intermediate items and deliveries. An item takes the fast path only when every step of that
 table provably happens (no may-invalidate or tombstone flag, the bucket's last item below it,
 no flagged item of its global time in the index, a reduce that does not raise); any other item
 goes through the general path, in its turn, so the state stays what the general path alone
@@ -34,7 +35,6 @@ import pickle
 import struct
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from functools import partial
-from heapq import heappush
 from typing import Any
 
 import pyarrow as pa
@@ -48,7 +48,7 @@ from flamestream.graph.mapreduce import (
 )
 from flamestream.graph.steps import Broadcast, Filter, Map, Merge
 from flamestream.model import DataItem, GlobalTime, LocalTime, Meta
-from flamestream.runtime.grouping import Bucket, GroupingState
+from flamestream.runtime.grouping import GroupingState
 from flamestream.spark.exec.items import (
     MAPPED_TAG,
     MAY_INVALIDATE,
@@ -275,7 +275,7 @@ class MapReduceCycle:
         Appends the leaving rows (not their destinations and flags); returns None at the first
         row out of order (the caller takes back what was appended).
         """
-        buckets, by_time, fold, merge = state._buckets, state._by_time, self.reduce.fold, self.merge
+        fold, merge = self.reduce.fold, self.merge
         exit_tail, back_bytes, pack, loads = (
             self.exit_tail,
             self.back_bytes,
@@ -297,8 +297,7 @@ class MapReduceCycle:
             if (ts, front) != last:
                 last, time = (ts, front), GlobalTime(ts, front)
                 where = determinants.setdefault(time, (source, position))
-                peers = by_time.get(time)
-                if not time < min_time or (peers and any(p.may_invalidate for _, p in peers)):
+                if not time < min_time or state.may_invalidate_at(time):
                     ok = False
                     break
                 times.append(time)
@@ -311,7 +310,7 @@ class MapReduceCycle:
                 x_bytes = entering[trace] = trace + merge_local
             held = keys.get(key)
             if held is None:
-                first = _first_of_key(buckets.get(key), time, trace, decoded)
+                first = _first_of_key(state.tail(key), time, trace, decoded)
                 if first is None:  # not after the bucket's last item
                     ok = False
                     break
@@ -353,34 +352,18 @@ class MapReduceCycle:
         ``keys`` holds, per key of the batch, what :meth:`run_in_order` kept of its last
         reduced item; ``times`` the batch's global times; ``added`` the items that left.
         """
-        buckets, by_time = state._buckets, state._by_time
         # What run() and then collect_garbage(min_time) leave. The collection's part for the
-        # index stays with it: the heap gets the pushes run() makes, the collection pops them.
-        times_heap, stats = state._times, state.stats
-        for time in times:
-            if time not in by_time:
-                by_time[time] = []
-                heappush(times_heap, time)
+        # index stays with it: the times are indexed as run() would, the collection drops them.
+        state.index_times(times)
         # Its part for the batch's keys is done here: every item a key held came before the
         # key's first item of the batch, so below the min-time too, and only the last item
         # below it stays (window - 1 = 1): the last reduced item. Such a bucket needs no
         # further collection.
-        oversized = state._oversized
         back_tail = self.back_tail
         for key, (_, time, reduced, clock, count, trace) in keys.items():
             r_trace = (*decoded(trace), LocalTime(clock - 1, 0), *back_tail)
-            kept = [DataItem(reduced, Meta(time, r_trace))]
-            bucket = buckets.get(key)
-            if bucket is None:
-                buckets[key] = Bucket(kept, clock)
-                stats.collected += 2 * count - 1  # the x and r items run() would have added
-            else:
-                stats.collected += len(bucket.items) + 2 * count - 1
-                bucket.items = kept
-                bucket.clock = clock
-                oversized.discard(key)
-        stats.received += 2 * added
-        stats.emitted += 2 * added
+            kept = (DataItem(reduced, Meta(time, r_trace)),)
+            state.settle_in_order(key, kept, clock, appended=2 * count)
 
     def run(
         self,
@@ -395,9 +378,6 @@ class MapReduceCycle:
         ``general(row)`` delivers row ``row`` to quiescence the general way, appending what
         leaves to ``leaving``; it runs in the row's turn, so both paths see the same state.
         """
-        # The grouping's internals, as GroupingState.receive's in-order branch touches them.
-        buckets: dict[Hashable, Bucket] = state._buckets
-        by_time = state._by_time
         reduce, merge, exit_to = self.reduce, self.merge, self.exit_to
         exit_tail, back_tail = self.exit_tail, self.back_tail
         pack = _LOCAL.pack
@@ -432,15 +412,13 @@ class MapReduceCycle:
             x_trace, x_bytes = known
             x_meta = Meta(time, x_trace)
             key = mapped.key
-            bucket = buckets.get(key)
-            previous = bucket.items[-1] if bucket is not None and bucket.items else None
+            previous, clock = state.tail(key)
             if previous is not None and not previous.meta < x_meta:
                 general(row)
                 clean = None
                 continue
             if clean is None:
-                peers = by_time.get(time)
-                clean = not peers or not any(p.may_invalidate for _, p in peers)
+                clean = not state.may_invalidate_at(time)
             if not clean:
                 general(row)
                 continue
@@ -451,7 +429,7 @@ class MapReduceCycle:
                 general(row)
                 clean = None
                 continue
-            clock = _remember_pair(state, key, bucket, mapped, reduced, x_meta, back_tail)
+            clock = _remember_pair(state, key, clock, mapped, reduced, x_meta, back_tail)
             out_dests.append(exit_to)
             out_times.append(ts)
             out_fronts.append(front)
@@ -464,16 +442,16 @@ class MapReduceCycle:
 
 
 def _first_of_key(
-    bucket: Bucket | None, time: GlobalTime, trace: bytes, decoded: _TraceCache
+    tail: tuple[DataItem | None, int], time: GlobalTime, trace: bytes, decoded: _TraceCache
 ) -> tuple[list[Any], Any] | None:
     """For a key's first row of an in-order batch: its ``held`` record and its tuple's head.
 
-    None when the row does not come after the bucket's last item (not in order).
+    ``tail`` is the key's last item and clock (``GroupingState.tail``). None when the row
+    does not come after that item (not in order).
     """
-    previous = bucket.items[-1] if bucket is not None and bucket.items else None
+    previous, clock = tail
     if previous is not None and not previous.meta < Meta(time, decoded(trace)):
         return None
-    clock = bucket.clock if bucket is not None else 0
     before = None if previous is None else previous.payload
     return [None, time, None, clock, 0, trace], before
 
@@ -496,7 +474,7 @@ def _rows(columns: Mapping[str, list[Any]]) -> Any:
 def _remember_pair(
     state: GroupingState,
     key: Hashable,
-    bucket: Bucket | None,
+    clock: int,
     mapped: Mapped[Any, Any],
     reduced: Any,
     x_meta: Meta,
@@ -504,27 +482,15 @@ def _remember_pair(
 ) -> int:
     """What receive(x), the cycle and receive(r) do to the state, in that order.
 
-    x is the mapped item, r the reduced one; returns the grouping's logical time of x's tuple.
+    x is the mapped item, r the reduced one, ``clock`` the bucket's clock before them;
+    returns the grouping's logical time of x's tuple.
     """
-    if bucket is None:
-        bucket = state._buckets[key] = Bucket()
-    clock = bucket.clock + 1
-    bucket.clock = clock + 1
-    time = x_meta.global_time
+    x_clock = clock + 1
     x = DataItem(mapped, x_meta)
-    r = DataItem(reduced, Meta(time, (*x_meta.trace, LocalTime(clock, 0), *back_tail)))
-    bucket.items.append(x)
-    bucket.items.append(r)
-    state._oversized.add(key)  # the bucket holds at least x and r: window (2) items
-    entries = state._by_time.get(time)
-    if entries is None:
-        entries = state._by_time[time] = []
-        heappush(state._times, time)
-    entries.append((key, x))
-    entries.append((key, r))
-    state.stats.received += 2
-    state.stats.emitted += 2
-    return clock
+    r_trace = (*x_meta.trace, LocalTime(x_clock, 0), *back_tail)
+    r = DataItem(reduced, Meta(x_meta.global_time, r_trace))
+    state.append_in_order(key, (x, r), x_clock + 1)
+    return x_clock
 
 
 class _TraceCache(dict[bytes, tuple[LocalTime, ...]]):
