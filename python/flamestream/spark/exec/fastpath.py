@@ -22,11 +22,11 @@ grouping                appends ``r`` (in order: its trace extends ``x``'s); emi
 and statistics as :meth:`GroupingState.receive
 <flamestream.runtime.grouping.GroupingState.receive>`, made through the state's public
 in-order methods (``tail``, ``append_in_order``, ``settle_in_order``), the same leaving row,
-without the intermediate items and deliveries. An item takes the fast path only when every step of that
-table provably happens (no may-invalidate or tombstone flag, the bucket's last item below it,
-no flagged item of its global time in the index, a reduce that does not raise); any other item
-goes through the general path, in its turn, so the state stays what the general path alone
-would make of the batch. ``tests/unit/test_fastpath.py`` checks that on random batches.
+without the intermediate items and deliveries. An item takes the fast path only when every
+step of that table provably happens (no may-invalidate or tombstone flag, the bucket's last
+item below it, no flagged item of its global time in the index, a reduce that does not
+raise); any other item goes through the general path, in its turn, so the state stays what
+the general path alone would make of the batch. ``tests/unit/test_fastpath.py`` checks that on random batches.
 """
 
 from __future__ import annotations
