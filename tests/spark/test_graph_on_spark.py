@@ -232,6 +232,18 @@ def test_fusion_shows_in_describe_and_explain(spark: SparkSession, lines_dir: Pa
     assert len(re.findall(r"MapInArrow", capsys.readouterr().out)) == 6
 
 
+def test_stateless_steps_after_a_keyed_stage_run_in_its_tasks(
+    spark: SparkSession, lines_dir: Path, capsys
+):
+    """Word count's show step has no pass of its own: Python passes = the plan's passes."""
+    graph = SparkGraph(word_count())
+    assert graph.plan.hosts == {3: 2}, graph.describe()
+    assert "in stage 2's tasks, after it" in graph.describe()
+    graph.apply(fronts(spark, lines_dir, stream=False, limit=None)).explain()
+    passes = len(re.findall(r"MapInArrow", capsys.readouterr().out))
+    assert passes == graph.plan.passes() == len(graph.stages) - 1
+
+
 def test_graph_output_goes_through_the_barrier_sink_in_meta_order(
     spark: SparkSession, lines_dir: Path, tmp_path: Path
 ):

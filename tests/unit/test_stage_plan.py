@@ -63,3 +63,20 @@ def test_planning_imports_no_spark():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 100_000))
+def test_tails_read_only_their_keyed_host(seed: int):
+    """A stage run in a keyed stage's tasks gets every input from that stage, none by loop."""
+    plan = plan_execution(random_graph(seed).flow.build())
+    by_index = {stage.index: stage for stage in plan.stages}
+    for tail, host in plan.hosts.items():
+        assert by_index[host].grouping is not None and by_index[tail].grouping is None
+        for entry in by_index[tail].entries:
+            for producer in plan.graph.producers(entry):
+                if producer not in by_index[tail].steps:
+                    assert plan.stage_of.get(producer) is by_index[host]
+                    assert (producer, entry) not in plan.cut
+    assert plan.passes() <= len(plan.stages) + 1
+    assert not plan_execution(plan.graph, fusion=False).hosts

@@ -37,6 +37,7 @@ from flamestream.spark.exec.keyed import KeyedRunner
 from flamestream.spark.exec.partitioning import KEY_PARTITION, SALT_PREFIX, salts
 from flamestream.spark.exec.routing import LoopSpec, LoopWriter, Router
 from flamestream.spark.exec.stateless import StageRunner, render_default
+from flamestream.spark.exec.tails import WithTails
 from flamestream.spark.plan.execution import plan_execution
 from flamestream.spark.plan.stages import Stage
 
@@ -233,10 +234,10 @@ class SparkGraph:
             F.lit(None).cast("string").alias("value"),
         )
 
-    def _runner(self, stage: Stage) -> Callable[..., Any]:
+    def _runner(self, stage: Stage, *, named: bool = True) -> Any:
         name = stage.name if stage.steps else "flamestream_key"
         runner = StageRunner(self.graph, stage, self.keys, self.render, self.precombine)
-        return _named(runner, name)
+        return _named(runner, name) if named else runner
 
 
 @dataclass(frozen=True)
@@ -312,7 +313,10 @@ class _Wiring:
             stage_input = stage_input.unionByName(here.select(*stage_input.columns))
         flagged = looped or any(self.flagged[u] for u in upstream)
         self.flagged[stage.index] = stage.grouping is not None or flagged
-        if stage.grouping is None:
+        host = self.graph.plan.hosts.get(stage.index)
+        if host is not None:  # runs in its keyed stage's tasks (see _keyed)
+            self.outputs[stage.index] = self.outputs[host]
+        elif stage.grouping is None:
             runner = self.graph._runner(stage)
             self.outputs[stage.index] = stage_input.mapInArrow(runner, ITEM_DDL)
         else:
@@ -353,12 +357,14 @@ class _Wiring:
             loop=loop,
             elastic_partitions=key_partitions if route == "route" else None,
         )
+        tails = [graph._runner(tail, named=False) for tail in graph.plan.tails(stage)]
+        task = WithTails(keyed, tails) if tails else keyed
         # the key partition rides with every row, computed as the shuffle computes it:
         # the task keeps that partition's state whatever position Spark's plan gives it
         part = F.pmod(F.hash(F.col(route)), F.lit(key_partitions))
         stage_input = stage_input.withColumn(KEY_PARTITION, part)
         shuffled = stage_input.repartition(key_partitions, F.col(route))
-        return shuffled.mapInArrow(_named(keyed, stage.name), ITEM_DDL)
+        return shuffled.mapInArrow(_named(task, stage.name), ITEM_DDL)
 
     def result(self) -> DataFrame:
         """The rows reaching the sinks, and the loop writers of cut edges (no rows)."""

@@ -26,7 +26,8 @@ without the intermediate items and deliveries. An item takes the fast path only 
 step of that table provably happens (no may-invalidate or tombstone flag, the bucket's last
 item below it, no flagged item of its global time in the index, a reduce that does not
 raise); any other item goes through the general path, in its turn, so the state stays what
-the general path alone would make of the batch. ``tests/unit/test_fastpath.py`` checks that on random batches.
+the general path alone would make of the batch. ``tests/unit/test_fastpath.py`` checks that
+on random batches.
 """
 
 from __future__ import annotations

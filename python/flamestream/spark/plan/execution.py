@@ -50,11 +50,27 @@ class ExecutionPlan:
     precombine: Mapping[str, Callable[[Any, Any], Any]]  #: per keyed entry, map-side combiner
     source: str
     sinks: tuple[str, ...]
+    #: stateless stages that run in the tasks of the keyed stage they read from (index ->
+    #: the keyed stage's index): no Spark pass of their own (see :func:`tails_of_keyed`)
+    hosts: Mapping[int, int] = field(default_factory=dict)
     stage_of: Mapping[str, Stage] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         by_step = {sid: stage for stage in self.stages for sid in stage.steps}
         object.__setattr__(self, "stage_of", by_step)
+
+    def tails(self, stage: Stage) -> tuple[Stage, ...]:
+        """The stateless stages that run in ``stage``'s tasks, after it, in stage order."""
+        return tuple(s for s in self.stages if self.hosts.get(s.index) == stage.index)
+
+    def passes(self) -> int:
+        """Python passes (``mapInArrow``) over one micro-batch's rows.
+
+        Every stage but the tails, plus the keying of the source rows when a grouping reads
+        them directly.
+        """
+        keyed_source = self.graph.consumer(self.source) in self.keys
+        return len(self.stages) - len(self.hosts) + keyed_source
 
     @property
     def keyed(self) -> bool:
@@ -133,7 +149,8 @@ class ExecutionPlan:
             )
         else:
             kind = "fused: " if len(stage.steps) > 1 else ""
-            how = "one mapInArrow pass"
+            host = self.hosts.get(stage.index)
+            how = "one mapInArrow pass" if host is None else f"in stage {host}'s tasks, after it"
         return (
             f"  stage {stage.index} [{kind}{' -> '.join(stage.steps)}] ({how}) "
             f"-> {', '.join(leaving)}"
@@ -166,6 +183,7 @@ def plan_execution(
             "merge several fronts into one DataFrame (union) and give the graph one source",
         )
     return ExecutionPlan(
+        hosts=tails_of_keyed(graph, stages, cut) if fusion else {},
         graph=graph,
         fusion=fusion,
         release=release,
@@ -176,3 +194,34 @@ def plan_execution(
         source=sources[0],
         sinks=tuple(sid for sid, step in graph.steps.items() if isinstance(step, Sink)),
     )
+
+
+def tails_of_keyed(
+    graph: LogicalGraph, stages: list[Stage], cut: frozenset[tuple[str, str]]
+) -> dict[int, int]:
+    """Stateless stages whose every input comes from one keyed stage: index -> its index.
+
+    Such a stage reads rows that never leave the keyed stage's task but to reach it, so it
+    runs there, right after the keyed stage, on the same Arrow batches: two crossings of the
+    Python/JVM boundary less per row (out of the keyed stage's worker, into its own), and one
+    consumer less of the keyed stage's output (Spark runs a keyed stage once per consumer of
+    its output in a batch). Not for a stage the loop channel feeds (a cut edge's merge).
+    """
+    stage_of = {sid: stage for stage in stages for sid in stage.steps}
+    hosts: dict[int, int] = {}
+    for stage in stages:
+        if stage.grouping is not None:
+            continue
+        inputs = [
+            (producer, entry)
+            for entry in stage.entries
+            for producer in graph.producers(entry)
+            if producer not in stage.steps
+        ]
+        host = {stage_of.get(producer) for producer, _ in inputs}
+        if len(host) != 1 or any(edge in cut for edge in inputs):
+            continue
+        (keyed,) = host
+        if keyed is not None and keyed.grouping is not None:
+            hosts[stage.index] = keyed.index
+    return hosts
