@@ -170,7 +170,8 @@ def load() -> list[float]:
 
 def child(runs: int, lines: int, work: Path, timeout: float) -> dict[str, Any]:
     """Run ``runs`` files -> files queries in one session; say how each one ended."""
-    from benchmarks.common import local_spark
+    from benchmarks.lib.session import local_spark
+    from benchmarks.lib.workloads import files_sink
 
     source = work / "in"
     source.mkdir(parents=True, exist_ok=True)
@@ -194,14 +195,8 @@ def child(runs: int, lines: int, work: Path, timeout: float) -> dict[str, Any]:
                     .option("path", str(source))
                     .load()
                 )
-                query = (
-                    df.writeStream.format("flamestream")
-                    .option("sink", "files")
-                    .option("path", str(out))
-                    .option("checkpointLocation", str(checkpoint))
-                    .trigger(availableNow=True)
-                    .start()
-                )
+                sink = files_sink(df, out, checkpoint, fmt=None, release=None)
+                query = sink.trigger(availableNow=True).start()
                 done = query.awaitTermination(timeout)
                 error = query.exception()
                 if error is not None:

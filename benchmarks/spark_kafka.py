@@ -2,13 +2,10 @@
 
 One real broker (:class:`flamestream.testing.kafka.KafkaBroker`), one topic of ``--partitions``
 partitions holding ``--records`` records, one SparkSession (``local[2]``). Both fronts read
-the whole topic with ``Trigger.AvailableNow`` into the same sink (``noop``), so the front is
-what differs; each case runs ``--warmup`` untimed times, then ``--repeat`` timed times,
-interleaved, each with a fresh checkpoint. One more untimed run per case counts the rows and
-sums crc32 of keys and values through ``foreachBatch``; both must see every record. Prints
-one JSON object: median and all wall seconds per case (start() to termination), rows/s,
-steady-state rows/s (rows over the batches' trigger execution time), phases, and the
-flamestream / built-in ratios::
+the whole topic with ``Trigger.AvailableNow`` into the ``noop`` sink, so the front is what
+differs; the cases interleaved (:func:`benchmarks.lib.timing.interleave`), then one more
+untimed run per case into ``foreachBatch`` must see every record (count, crc32 sums). Prints
+one JSON object::
 
     python -m benchmarks.spark_kafka [--records N] [--partitions P] [--repeat R]
         [--warmup W] [--record-bytes B] [--connector COORDINATES]
@@ -21,26 +18,23 @@ to :data:`FALLBACK_CONNECTOR` and says so in the JSON (``builtin_connector``).
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
 import re
-import shutil
 import sys
-import tempfile
 import time
 import uuid
 import warnings
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import Run, local_spark, run_query, timings
-from benchmarks.spark_passthrough import line
+from benchmarks.lib import cli
+from benchmarks.lib.record import emit, machine
+from benchmarks.lib.session import local_spark
+from benchmarks.lib.timing import TIMING_NOTE, interleave, run_query, timings
+from benchmarks.lib.workloads import line
 from flamestream.testing.kafka import KAFKA_VERSION, KafkaBroker
 
 with warnings.catch_warnings():
@@ -123,8 +117,9 @@ def produce(
     elapsed = time.perf_counter() - began
     consumer = KafkaConsumer(bootstrap_servers=servers)
     try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        landed = sum(consumer.end_offsets(tps).values())
+        landed = sum(
+            consumer.end_offsets([TopicPartition(topic, p) for p in range(partitions)]).values()
+        )
     finally:
         consumer.close()
     if landed != records:
@@ -137,17 +132,11 @@ def scala_binary_version() -> str:
     """The Scala binary version of PySpark's jars (``2.13``), from its scala-library jar."""
     import pyspark
 
-    jars = Path(pyspark.__file__).parent / "jars"
-    for jar in sorted(jars.glob("scala-library-*.jar")):
+    for jar in sorted((Path(pyspark.__file__).parent / "jars").glob("scala-library-*.jar")):
         match = re.fullmatch(r"scala-library-(\d+)\.(\d+)\.[\w.-]+\.jar", jar.name)
         if match:
             return f"{match.group(1)}.{match.group(2)}"
     return "2.13"
-
-
-def start_spark(connector: dict[str, str]) -> Any:
-    """The benchmark's SparkSession, with the Kafka connector's confs."""
-    return local_spark("flamestream-spark-kafka", connector)
 
 
 def start_spark_with_connector(
@@ -161,7 +150,7 @@ def start_spark_with_connector(
 
     wanted = {"spark.jars.packages": requested}
     try:
-        return start_spark(wanted), wanted, None
+        return local_spark("flamestream-spark-kafka", wanted), wanted, None
     except PySparkRuntimeError as exc:  # ivy could not resolve it: the JVM exits at start
         if not fallback:
             raise
@@ -170,7 +159,11 @@ def start_spark_with_connector(
             f"{exc.getCondition()}); used the fallback connector instead"
         )
     print(f"spark_kafka: {reason}", file=sys.stderr)
-    return start_spark(FALLBACK_CONNECTOR), dict(FALLBACK_CONNECTOR), reason
+    return (
+        local_spark("flamestream-spark-kafka", FALLBACK_CONNECTOR),
+        dict(FALLBACK_CONNECTOR),
+        reason,
+    )
 
 
 def crc32c_implementation() -> str:
@@ -180,39 +173,26 @@ def crc32c_implementation() -> str:
     return "c" if getattr(util, "crc32c_c", None) is not None else "python"
 
 
-def rounded(values: dict[str, float]) -> dict[str, float]:
-    """``values`` rounded to ms."""
-    return {name: round(seconds, 3) for name, seconds in sorted(values.items())}
-
-
 def main(argv: list[str] | None = None) -> int:
     """Start a broker, fill a topic, run both cases, check them, print JSON."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--warmup", type=int, default=1, help="untimed runs of each case first")
-    parser.add_argument("--record-bytes", type=int, default=60, help="bytes of each value")
-    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per query")
+    parser = cli.parser(__doc__, timeout=1800.0)
+    cli.flag(parser, "--records", 1_000_000)
+    cli.flag(parser, "--partitions", 4)
+    cli.flag(parser, "--record-bytes", 60, "bytes of each value")
+    default = f"{CONNECTOR_ARTIFACT}_<scala>:<pyspark version>"
+    cli.flag(parser, "--connector", None, f"Spark's Kafka connector (default: {default})", type=str)
     parser.add_argument(
-        "--connector",
-        help="Maven coordinates of Spark's Kafka connector (default: "
-        f"{CONNECTOR_ARTIFACT}_<scala>:<pyspark version>)",
-    )
-    parser.add_argument(
-        "--no-fallback",
-        action="store_true",
-        help="fail if --connector cannot be resolved instead of using FALLBACK_CONNECTOR",
+        "--no-fallback", action="store_true", help="fail if --connector cannot be resolved"
     )
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import pyspark
     from pyspark.sql import functions as F
 
-    requested = args.connector or (
-        f"{CONNECTOR_ARTIFACT}_{scala_binary_version()}:{pyspark.__version__}"
+    requested = (
+        args.connector or f"{CONNECTOR_ARTIFACT}_{scala_binary_version()}:{pyspark.__version__}"
     )
-    work = Path(tempfile.mkdtemp(prefix="flamestream-bench-kafka-"))
+    work = cli.Workdir(args.work, "flamestream-bench-kafka-")
     topic = f"bench-{uuid.uuid4().hex[:12]}"
     broker = KafkaBroker()
     spark = None
@@ -223,117 +203,73 @@ def main(argv: list[str] | None = None) -> int:
         produce_seconds, expected = produce(
             servers, topic, args.records, args.partitions, args.record_bytes
         )
-
         spark, connector, fallback_reason = start_spark_with_connector(
             requested, not args.no_fallback
         )
         spark_version = spark.version
 
-        def flamestream() -> Any:
-            return (
-                spark.readStream.format("flamestream")
-                .option("front", "kafka")
-                .option("kafka.bootstrap.servers", servers)
-                .option("subscribe", topic)
-                .option("startingOffsets", "earliest")
-                .load()
-            )
+        def source(fmt: str) -> Any:
+            reader = spark.readStream.format(fmt)
+            if fmt == "flamestream":
+                reader = reader.option("front", "kafka")
+            reader = reader.option("kafka.bootstrap.servers", servers).option("subscribe", topic)
+            return reader.option("startingOffsets", "earliest").load()
 
-        def builtin() -> Any:
-            return (
-                spark.readStream.format("kafka")
-                .option("kafka.bootstrap.servers", servers)
-                .option("subscribe", topic)
-                .option("startingOffsets", "earliest")
-                .load()
-            )
+        def define(
+            fmt: str, sink: Callable[[Any, int], None] | None = None
+        ) -> Callable[[Path, Path], Any]:
+            def writer(_out: Path, ck: Path) -> Any:
+                stream = source(fmt).writeStream
+                stream = stream.foreachBatch(sink) if sink else stream.format("noop")
+                return stream.option("checkpointLocation", str(ck)).trigger(availableNow=True)
 
-        def timed(source: Callable[[], Any]) -> Callable[[Path], Any]:
-            def define(checkpoint: Path) -> Any:
-                return (
-                    source()
-                    .writeStream.format("noop")
-                    .option("checkpointLocation", str(checkpoint))
-                    .trigger(availableNow=True)
-                )
+            return writer
 
-            return define
-
-        def checked(source: Callable[[], Any], checkpoint: Path) -> Check:
-            """Run ``source`` once more into foreachBatch, summing what each batch read."""
+        def checked(fmt: str) -> Check:
+            """Run the case once more into foreachBatch, summing what each batch read."""
             totals = [0, 0, 0]
 
             def add(batch: Any, _batch_id: int) -> None:
-                row = batch.agg(
-                    F.count(F.lit(1)),
-                    F.sum(F.crc32(F.col("key"))),
-                    F.sum(F.crc32(F.col("value"))),
-                ).first()
+                sums = (F.sum(F.crc32(F.col("key"))), F.sum(F.crc32(F.col("value"))))
+                row = batch.agg(F.count(F.lit(1)), *sums).first()
                 for i in range(3):
                     totals[i] += int(row[i] or 0)
 
-            def define(checkpoint: Path) -> Any:
-                return (
-                    source()
-                    .writeStream.foreachBatch(add)
-                    .option("checkpointLocation", str(checkpoint))
-                    .trigger(availableNow=True)
-                )
-
-            run_query(partial(define, checkpoint), args.timeout)
+            run_query(lambda: define(fmt, add)(*work.fresh()), args.timeout)
             return Check(*totals)
 
-        cases: dict[str, Callable[[], Any]] = {"flamestream": flamestream, "builtin": builtin}
-        runs: dict[str, list[Run]] = {case: [] for case in cases}
-        warmups: dict[str, list[Run]] = {case: [] for case in cases}
-        counter = 0
-        for attempt in range(args.warmup + args.repeat):
-            for case, source in cases.items():  # interleaved: drift hits both cases alike
-                counter += 1
-                checkpoint = work / f"ck-{counter}"
-                run = run_query(partial(timed(source), checkpoint), args.timeout)
-                (warmups if attempt < args.warmup else runs)[case].append(run)
-                shutil.rmtree(checkpoint, ignore_errors=True)
-        checks: dict[str, Check] = {}
-        for case, source in cases.items():
-            counter += 1
-            checks[case] = checked(source, work / f"ck-{counter}")
+        cases = {"flamestream": "flamestream", "builtin": "kafka"}
+        rounds = interleave({case: define(fmt) for case, fmt in cases.items()}, work, args)
+        checks = {case: checked(fmt) for case, fmt in cases.items()}
     finally:
         if spark is not None:
             spark.stop()
         broker.stop()
-        shutil.rmtree(work, ignore_errors=True)
-
-    read_counts = {case: sorted({r.rows for r in done}) for case, done in runs.items()}
-    bad = {case: c for case, c in checks.items() if c != expected}
-    bad_counts = {case: n for case, n in read_counts.items() if n != [args.records]}
-    if bad or bad_counts:
-        report = {
-            "error": "a case did not read exactly the produced records "
-            "(count, crc32 sums of the keys and the values)",
-            "expected": expected.__dict__,
-            "checked": {case: c.__dict__ for case, c in checks.items()},
-            "timed_runs_rows": read_counts,
-        }
-        print(json.dumps(report, indent=2))
-        return 1
-
-    timed = timings(args.records, runs, warmups)
-    rate, steady = timed.rate, timed.steady
-    ratio = rate["flamestream"] / rate["builtin"]
-    steady_ratio = steady["flamestream"] / steady["builtin"]
+        work.close()
+    read_counts = {case: sorted({r.rows for r in done}) for case, done in rounds.runs.items()}
+    if any(c != expected for c in checks.values()) or any(
+        n != [args.records] for n in read_counts.values()
+    ):
+        return emit(
+            {
+                "error": "a case did not read exactly the produced records "
+                "(count, crc32 sums of the keys and the values)",
+                "expected": expected.__dict__,
+                "checked": {case: c.__dict__ for case, c in checks.items()},
+                "timed_runs_rows": read_counts,
+            }
+        )
+    timed = timings(args.records, rounds.runs, rounds.warmups)
+    ratio = timed.rate["flamestream"] / timed.rate["builtin"]
+    steady_ratio = timed.steady["flamestream"] / timed.steady["builtin"]
     target = 0.5
     report = {
-        "machine": {
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "spark": spark_version,
-            "master": "local[2]",
-            "kafka_broker": KAFKA_VERSION,
-            "kafka_python": kafka.__version__,
-            "kafka_python_crc32c": crc32c_implementation(),
-        },
+        "machine": machine(
+            spark_version,
+            kafka_broker=KAFKA_VERSION,
+            kafka_python=kafka.__version__,
+            kafka_python_crc32c=crc32c_implementation(),
+        ),
         "builtin_connector": {
             "requested": requested,
             "used": connector,
@@ -352,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
         },
         **timed.report,
         "durations_last_run_seconds": {
-            case: rounded(done[-1].durations) for case, done in runs.items()
+            case: {name: round(s, 3) for name, s in sorted(done[-1].durations.items())}
+            for case, done in rounds.runs.items()
         },
         "check": {"expected": expected.__dict__, **{c: v.__dict__ for c, v in checks.items()}},
         "ratios": {
@@ -364,50 +301,38 @@ def main(argv: list[str] | None = None) -> int:
             "met": ratio >= target,
             "steady_met": steady_ratio >= target,
         },
-        "notes": [
-            "seconds: wall time from writeStream.start() to the query's termination "
-            "(Trigger.AvailableNow over the whole topic, no maxRecordsPerTrigger / "
-            "maxOffsetsPerTrigger, startingOffsets earliest, a fresh checkpoint per run); the "
-            "median of the timed runs, after untimed warm-up runs; cases run interleaved. "
-            "Both write to the noop sink, so the front is what differs. Defining the DataFrame "
-            "(load(): for flamestream a broker probe and the schema in a Python process) is "
-            "not included: see phases_median_seconds.define.",
-            "steady_rows_per_second: records / the triggerExecution time of the batches that "
-            "read rows (planning, addBatch, offset and commit log writes). It leaves out the "
-            "fixed cost of starting a query before its first trigger and of ending it, which "
-            "for a Python data source includes Spark's Python planner process (~1 s here).",
-            "phases_median_seconds: start_to_first_batch is start() to the first batch's "
-            "trigger timestamp; add_batch is Spark's addBatch summed over batches (the read "
-            "tasks and the noop write); trigger_execution the whole triggers; after_last_batch "
-            "what the wall time holds beyond those (query shutdown). "
-            "durations_last_run_seconds: every durationMs of the last timed run, summed over "
-            "its batches, in seconds.",
-            "flamestream: format('flamestream') front 'kafka' (kafka-python consumers, one "
-            "read task per topic-partition, records as Arrow batches with the global-time "
-            "columns ts, front, source, position and key, value, topic, partition, timestamp; "
-            "isolationLevel read_committed, its default).",
-            "builtin: format('kafka'), Spark's Kafka source (Java client, one task per "
-            "topic-partition, pooled consumers; kafka.isolation.level read_uncommitted, its "
-            "default; columns key, value, topic, partition, offset, timestamp, timestampType). "
-            "The producer is not transactional, so both isolation levels read the same "
-            "records.",
-            "check: one more untimed run per case into foreachBatch (count, sum of crc32(key), "
-            "sum of crc32(value) per batch); both must equal what was produced, else the "
-            "benchmark prints an error and exits 1. Every timed run must also report exactly "
-            "the produced number of input rows.",
-            "production: kafka-python KafkaProducer (acks=1, linger 20 ms, 1 MiB batches), "
-            "records round robin over the partitions, flushed once; the seconds include making "
-            "the records and summing their crc32 for the check; not part of any ratio. Keys "
-            "are the index in 10 digits, values line(index) of benchmarks.spark_passthrough cut "
-            "or extended to value_bytes.",
-            "machine.kafka_python_crc32c: kafka-python checks the CRC32C of every record batch "
-            "it reads (and computes it for every batch it produces) with the optional `crc32c` "
-            "C extension when that is installed ('c'), else in pure Python ('python'), which "
-            "then dominates the flamestream front's read time and the production time.",
-        ],
+        "notes": NOTES,
     }
-    print(json.dumps(report, indent=2))
-    return 0
+    return emit(report)
+
+
+NOTES = [
+    TIMING_NOTE + " Over the whole topic: no maxOffsetsPerTrigger, startingOffsets earliest. "
+    "Both write to the noop sink, so the front is what differs.",
+    "phases_median_seconds: start_to_first_batch is start() to the first batch's trigger "
+    "timestamp; add_batch is Spark's addBatch summed over batches (the read tasks and the "
+    "noop write); trigger_execution the whole triggers; after_last_batch what the wall time "
+    "holds beyond those (query shutdown). durations_last_run_seconds: every durationMs of the "
+    "last timed run, summed over its batches, in seconds.",
+    "flamestream: format('flamestream') front 'kafka' (kafka-python consumers, one read task "
+    "per topic-partition, records as Arrow batches with the global-time columns ts, front, "
+    "source, position and key, value, topic, partition, timestamp; isolationLevel "
+    "read_committed, its default).",
+    "builtin: format('kafka'), Spark's Kafka source (Java client, one task per "
+    "topic-partition, pooled consumers; kafka.isolation.level read_uncommitted, its default). "
+    "The producer is not transactional, so both isolation levels read the same records.",
+    "check: one more untimed run per case into foreachBatch (count, sum of crc32(key), sum of "
+    "crc32(value) per batch); both must equal what was produced, else the benchmark prints an "
+    "error and exits 1. Every timed run must also report exactly the produced input rows.",
+    "production: kafka-python KafkaProducer (acks=1, linger 20 ms, 1 MiB batches), records "
+    "round robin over the partitions, flushed once; the seconds include making the records and "
+    "summing their crc32 for the check; not part of any ratio. Keys are the index in 10 "
+    "digits, values benchmarks.lib.workloads.line(index) cut or extended to value_bytes.",
+    "machine.kafka_python_crc32c: kafka-python checks the CRC32C of every record batch it "
+    "reads (and computes it for every batch it produces) with the optional `crc32c` C "
+    "extension when that is installed ('c'), else in pure Python ('python'), which then "
+    "dominates the flamestream front's read time and the production time.",
+]
 
 
 if __name__ == "__main__":

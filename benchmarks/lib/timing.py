@@ -1,14 +1,20 @@
-"""What the Spark benchmarks share: the local session, and timing a query from its progress."""
+"""Timing a streaming query from its progress, interleaved rounds, and their medians."""
 
 from __future__ import annotations
 
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from functools import partial
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from benchmarks.lib.cli import Workdir
+
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass
@@ -76,24 +82,6 @@ def run_query(define: Callable[[], Any], timeout: float, *, observed: str | None
     )
 
 
-def local_spark(app: str, conf: Mapping[str, str] | None = None) -> Any:
-    """The benchmarks' SparkSession: ``local[2]``, 2 shuffle partitions, UI and progress off."""
-    from pyspark.sql import SparkSession
-
-    builder = (
-        SparkSession.builder.master("local[2]")
-        .appName(app)
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-    )
-    for name, setting in (conf or {}).items():
-        builder = builder.config(name, setting)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
-
-
 @dataclass
 class Timings:
     """Per case: median wall seconds and rates over the timed runs, and the JSON about them."""
@@ -138,3 +126,52 @@ def timings(rows: int, runs: Mapping[str, list[Run]], warmups: Mapping[str, list
         },
     }
     return Timings(rate, steady, report)
+
+
+@dataclass
+class Rounds(Generic[K]):
+    """Per case: its timed runs and its untimed warm-up runs."""
+
+    runs: dict[K, list[Run]]
+    warmups: dict[K, list[Run]]
+
+
+def interleave(
+    cases: Mapping[K, Callable[[Path, Path], Any]],
+    work: Workdir,
+    args: Any,
+    *,
+    observed: str | None = None,
+    check: Callable[[K, Path, Run], None] | None = None,
+    order: Callable[[int], Sequence[K]] | None = None,
+) -> Rounds[K]:
+    """``args.warmup`` untimed then ``args.repeat`` timed rounds, the cases in turn (A B A B).
+
+    Each case's ``define(out, checkpoint)`` returns its writer; every run gets fresh
+    directories, ``check`` looks at the output before they are removed. ``order(round)``
+    gives a round's order (default: the cases' own), so drift hits every case alike.
+    """
+    rounds: Rounds[K] = Rounds({k: [] for k in cases}, {k: [] for k in cases})
+    for attempt in range(args.warmup + args.repeat):
+        for key in order(attempt) if order else list(cases):
+            out, checkpoint = work.fresh()
+            run = run_query(partial(cases[key], out, checkpoint), args.timeout, observed=observed)
+            (rounds.warmups if attempt < args.warmup else rounds.runs)[key].append(run)
+            if check is not None:
+                check(key, out, run)
+            work.drop(out, checkpoint)
+    return rounds
+
+
+#: How every AvailableNow benchmark times its queries (for the reports' notes).
+TIMING_NOTE = (
+    "seconds: wall time from writeStream.start() to the query's termination "
+    "(Trigger.AvailableNow; with --batches B > 1 maxFilesPerTrigger / maxRecordsPerTrigger "
+    "split the input into B batches), the median of the timed runs after untimed warm-up "
+    "runs, cases interleaved, each run into fresh output and checkpoint directories; "
+    "defining the DataFrame and writer (phases_median_seconds.define) is not included. "
+    "steady sums the batches' triggerExecution (planning, the batch, offset and commit logs) "
+    "from query.recentProgress: what a long-running stream sees, without the query's "
+    "one-time start (for a Python data source such as flamestream's fronts about 1 s here: "
+    "Spark starts a Python planner process per query)."
+)

@@ -1,0 +1,1 @@
+"""What the benchmarks share: session, timing, statistics, workloads, checkpoints and records."""

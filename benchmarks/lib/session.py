@@ -1,0 +1,24 @@
+"""The benchmarks' local SparkSession."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def local_spark(app: str, conf: Mapping[str, str] | None = None) -> Any:
+    """The benchmarks' SparkSession: ``local[2]``, 2 shuffle partitions, UI and progress off."""
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .appName(app)
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+    )
+    for name, setting in (conf or {}).items():
+        builder = builder.config(name, setting)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
