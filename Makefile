@@ -15,7 +15,7 @@ SHIM_SOURCES := jvm-shim/pom.xml $(wildcard jvm-shim/src/main/java/io/flamestrea
 export PYSPARK_PYTHON := $(abspath $(VENV)/bin/flamestream-python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: help setup run test unit lint format bench bench-spark clean
+.PHONY: help setup run test unit lint format bench bench-spark bench-compare clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -66,6 +66,12 @@ bench-spark: setup  ## Spark benchmarks: connectors vs built-ins, graphs vs plai
 	$(PY) -m benchmarks.spark_barrier
 	$(PY) -m benchmarks.spark_controller
 	$(PY) -m benchmarks.spark_skew
+
+# Word count against plain PySpark, Bytewax 0.21.1, Pathway 0.33.0 and collections.Counter;
+# the peers run in virtualenvs made under .bench/venvs on first use. Flags: COMPARE_ARGS,
+# e.g. make bench-compare COMPARE_ARGS="--lines 20000 --rounds 1".
+bench-compare: setup  ## word count vs plain PySpark, Bytewax, Pathway, Counter: JSON + docs/img/bench-compare.png
+	$(PY) -m benchmarks.compare $(COMPARE_ARGS)
 
 format: setup  ## apply ruff's fixes and formatting
 	$(PY) -m ruff check --fix python tests benchmarks

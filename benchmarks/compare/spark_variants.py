@@ -1,0 +1,110 @@
+"""The Spark variants: flamestream's word count (release latest / every) and plain PySpark's.
+
+All run with ``Trigger.AvailableNow`` into fresh output and checkpoint directories, on the
+shared ``local[2]`` session; each has a reader that turns its output back into word counts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any, Literal
+
+from benchmarks.compare.corpus import mismatch
+from benchmarks.compare.errors import MismatchError
+from benchmarks.lib.workloads import files_sink, word_count_graph
+
+Release = Literal["latest", "every"]
+
+
+def flamestream_writer(
+    spark: Any, source: Path, out: Path, checkpoint: Path, release: Release
+) -> Any:
+    """Files front -> ``apply_graph(word_count_graph(commutative=True))`` -> files sink."""
+    from flamestream.spark import apply_graph
+
+    lines = spark.readStream.format("flamestream").option("front", "files")
+    graph = apply_graph(
+        word_count_graph(commutative=True),
+        lines.option("path", str(source)).load(),
+        checkpoint_location=str(checkpoint),
+        release=release,
+    )
+    return files_sink(graph, out, checkpoint).trigger(availableNow=True)
+
+
+def plain_writer(spark: Any, source: Path, out: Path, checkpoint: Path) -> Any:
+    """``readStream.text`` -> split / explode -> ``groupBy.count`` (update) -> foreachBatch."""
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as F
+
+    found = (
+        spark.readStream.text(str(source))
+        .select(F.explode(F.split(F.col("value"), " ")).alias("word"))
+        .where(F.col("word") != "")
+        .groupBy("word")
+        .count()
+    )
+
+    def write_batch(batch: DataFrame, batch_id: int) -> None:
+        # a replayed batch overwrites its own directory: idempotent, so exactly once
+        batch.write.mode("overwrite").parquet(str(out / f"batch={batch_id}"))
+
+    return (
+        found.writeStream.outputMode("update")
+        .foreachBatch(write_batch)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+    )
+
+
+def check_flamestream(
+    spark: Any, out: Path, expected: Counter[str], release: Release
+) -> dict[str, int]:
+    """Check the sink's ``word=n`` rows: per word the highest n is the Counter's.
+
+    Also: ``every`` releases each update once (rows = distinct n = the count), ``latest``
+    no count twice (rows = distinct n). Returns the rows released; raises MismatchError.
+    """
+    from pyspark.sql import functions as F
+
+    parsed = (
+        spark.read.format("json")
+        .schema("value string")
+        .load(str(out))
+        .select(
+            F.regexp_extract("value", r"^(.*)=\d+$", 1).alias("word"),
+            F.regexp_extract("value", r"=(\d+)$", 1).cast("long").alias("n"),
+        )
+    )
+    summary = parsed.groupBy("word").agg(F.max("n"), F.count(F.lit(1)), F.count_distinct("n"))
+    found = {r[0]: (int(r[1]), int(r[2]), int(r[3])) for r in summary.collect()}
+    problem = mismatch(expected, {w: top for w, (top, _, _) in found.items()})
+    if problem is None:
+        repeated = [w for w, (_, rows, distinct) in found.items() if rows != distinct]
+        if release == "every":
+            repeated += [w for w, (top, rows, _) in found.items() if rows != top]
+        if repeated:
+            problem = f"{len(repeated)} words with a count released twice or not at all"
+            problem += f", e.g. {sorted(repeated)[:5]}"
+    if problem is not None:
+        msg = f"flamestream_{release}: highest count released per word: {problem}"
+        raise MismatchError(msg)
+    return {"output_rows": sum(rows for _, rows, _ in found.values())}
+
+
+def check_plain(spark: Any, out: Path, expected: Counter[str]) -> dict[str, int]:
+    """Check that per word the count of the latest batch that updated it is the Counter's."""
+    from pyspark.sql import functions as F
+
+    latest = (
+        spark.read.parquet(str(out))
+        .groupBy("word")
+        .agg(F.max_by("count", "batch"), F.count(F.lit(1)))
+        .collect()
+    )
+    problem = mismatch(expected, {r[0]: int(r[1]) for r in latest})
+    if problem is not None:
+        msg = f"plain_pyspark: the latest batch's count per word: {problem}"
+        raise MismatchError(msg)
+    return {"output_rows": sum(int(r[2]) for r in latest)}
