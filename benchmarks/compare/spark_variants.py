@@ -20,13 +20,17 @@ Release = Literal["latest", "every"]
 def flamestream_writer(
     spark: Any, source: Path, out: Path, checkpoint: Path, release: Release
 ) -> Any:
-    """Files front -> ``apply_graph(word_count_graph(commutative=True))`` -> files sink."""
+    """Files front -> ``apply_graph(word_count_graph(commutative=True))`` -> files sink.
+
+    The front's reader goes to ``apply`` unloaded, so the graph's first stage (split, map,
+    and for ``latest`` the map-side combine) runs in the front's read tasks.
+    """
     from flamestream.spark import apply_graph
 
     lines = spark.readStream.format("flamestream").option("front", "files")
     graph = apply_graph(
         word_count_graph(commutative=True),
-        lines.option("path", str(source)).load(),
+        lines.option("path", str(source)),
         checkpoint_location=str(checkpoint),
         release=release,
     )

@@ -124,13 +124,16 @@ class FlameStreamDataSource(DataSource):
     def schema(self) -> StructType:
         """Meta columns (ts, front, source, position), then the front's payload columns.
 
-        A graph's internal channels (``channel=loop`` or ``control``) give item rows instead.
+        A graph's internal channels (``channel=loop`` or ``control``), and a front running a
+        graph's first stage (``apply`` given readers), give item rows instead.
         """
         from pyspark.sql.pandas.types import from_arrow_schema
 
         if self._loop_checkpoint() is not None or self._control() is not None:
             return from_arrow_schema(ITEM_SCHEMA)
-        source, _ = self._front_source()
+        source, config = self._front_source()
+        if config.stage is not None:  # a graph's first stage runs in the read: item rows
+            return from_arrow_schema(ITEM_SCHEMA)
         import pyarrow as pa
 
         return from_arrow_schema(pa.schema(META_FIELDS + source.payload_fields()))

@@ -39,18 +39,18 @@ def start(
     spark: SparkSession, source: str, out: str, checkpoint: str, elastic: bool = False
 ) -> StreamingQuery:
     """Start the query on ``spark``."""
-    df = (
+    # the reader, not loaded: apply runs the graph's first stage in the front's reads
+    reader = (
         spark.readStream.format("flamestream")
         .option("front", "files")
         .option("path", source)
         .option("maxRecordsPerTrigger", RECORDS_PER_BATCH)
         .option("clock", "logical")
-        .load()
     )
     return (
         apply_graph(
             word_count(),
-            df,
+            reader,
             checkpoint_location=checkpoint,
             partitions=2,
             elastic=EAGER if elastic else False,

@@ -108,12 +108,19 @@ def lines_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def fronts(
     spark: SparkSession, folder: Path, *, stream: bool, limit: int | None, clock: str = "logical"
 ) -> DataFrame:
+    return front_reader(spark, folder, stream=stream, limit=limit, clock=clock).load()
+
+
+def front_reader(
+    spark: SparkSession, folder: Path, *, stream: bool, limit: int | None, clock: str = "logical"
+) -> Any:
+    """The front's reader, not loaded: ``apply`` given it runs the first stage in the front."""
     reader = spark.readStream if stream else spark.read
     reader = reader.format("flamestream").option("front", "files").option("path", str(folder))
     reader = reader.option("clock", clock)
     if limit:
         reader = reader.option("maxRecordsPerTrigger", limit)
-    return reader.load()
+    return reader
 
 
 def collect(df: DataFrame, name: str, checkpoint: Path | None = None) -> list[Any]:
@@ -181,6 +188,9 @@ MODES = {
     "stream-limit4-unfused-3parts": {"stream": True, "limit": 4, "fusion": False, "partitions": 3},
     "stream-limit3-fused-1part": {"stream": True, "limit": 3, "fusion": True, "partitions": 1},
     "stream-fused-4parts": {"stream": True, "limit": None, "fusion": True, "partitions": 4},
+    # the reader handed to apply: the first stage (or the keying) runs in the front's reads
+    "batch-in-front": {"stream": False, "limit": None, "fusion": True, "front": True},
+    "stream-limit3-in-front": {"stream": True, "limit": 3, "fusion": True, "front": True},
 }
 
 
@@ -194,8 +204,10 @@ def test_graphs_release_what_the_reference_runtime_releases(
     df = fronts(spark, lines_dir, stream=setting["stream"], limit=setting["limit"])
     front_rows = collect(df, f"fronts_{graph}_{mode}".replace("-", "_"))
     assert len(front_rows) == sum(len(lines) for lines in TEXT.values())
-    if setting["partitions"]:
+    if setting.get("partitions"):
         df = df.repartition(setting["partitions"])
+    if setting.get("front"):
+        df = front_reader(spark, lines_dir, stream=setting["stream"], limit=setting["limit"])
     checkpoint = tmp_path / "ck" if setting["stream"] else None
     out = apply_graph(
         flow, df, fusion=setting["fusion"], checkpoint_location=checkpoint and str(checkpoint)
@@ -242,6 +254,22 @@ def test_stateless_steps_after_a_keyed_stage_run_in_its_tasks(
     graph.apply(fronts(spark, lines_dir, stream=False, limit=None)).explain()
     passes = len(re.findall(r"MapInArrow", capsys.readouterr().out))
     assert passes == graph.plan.passes() == len(graph.stages) - 1
+
+
+def test_a_reader_runs_the_first_stage_in_the_front(spark: SparkSession, lines_dir: Path, capsys):
+    """Given the reader, word count is one Python pass after the front: the keyed stage."""
+    graph = SparkGraph(word_count())
+    assert graph.plan.in_front == 1
+    reader = front_reader(spark, lines_dir, stream=False, limit=None)
+    rows = graph.apply(reader)
+    assert set(rows.columns) >= {"ts", "front", "trace", "sink", "value"}
+    rows.explain()
+    passes = len(re.findall(r"MapInArrow", capsys.readouterr().out))
+    assert passes == graph.plan.passes(front=True) == 1
+    # the caller's reader still loads plain front rows
+    assert "value" in reader.load().columns and "trace" not in reader.load().columns
+    with pytest.raises(GraphError, match="readers not loaded yet"):
+        graph.apply([reader.load(), reader.load()])
 
 
 def test_graph_output_goes_through_the_barrier_sink_in_meta_order(

@@ -56,21 +56,25 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+def readers(spark: SparkSession, folder: Path, limits: tuple[int, ...]) -> list[Any]:
+    """One files source per front, its own id base and read limit (readers, not loaded)."""
+    return [
+        spark.readStream.format("flamestream")
+        .option("front", "files")
+        .option("path", str(folder / f"f{number}"))
+        .option("clock", "logical")
+        .option("frontIdBase", 10 * number)
+        .option("maxRecordsPerTrigger", limit)
+        for number, limit in enumerate(limits)
+    ]
+
+
 def fronts(spark: SparkSession, folder: Path, limits: tuple[int, ...]) -> DataFrame:
-    """One files source per front, its own id base and read limit, unioned."""
-    union = None
-    for number, limit in enumerate(limits):
-        df = (
-            spark.readStream.format("flamestream")
-            .option("front", "files")
-            .option("path", str(folder / f"f{number}"))
-            .option("clock", "logical")
-            .option("frontIdBase", 10 * number)
-            .option("maxRecordsPerTrigger", limit)
-            .load()
-        )
-        union = df if union is None else union.unionByName(df)
-    assert union is not None
+    """The fronts of :func:`readers`, loaded and unioned."""
+    loaded = [reader.load() for reader in readers(spark, folder, limits)]
+    union = loaded[0]
+    for df in loaded[1:]:
+        union = union.unionByName(df)
     return union
 
 
@@ -109,11 +113,17 @@ def test_random_graphs_release_what_the_reference_runtime_releases(
         front_set = rng.choice(sorted(FRONT_SETS))
         partitions = rng.randint(1, 4)
         fusion = rng.random() < 0.75
-        where = f"{grown}; fronts {front_set}, {partitions} key partitions, fusion {fusion}"
+        # half the time the readers go to apply: the first stage runs in the fronts' reads
+        in_front = rng.random() < 0.5
+        where = (
+            f"{grown}; fronts {front_set}, {partitions} key partitions, fusion {fusion}, "
+            f"first stage in the fronts {in_front}"
+        )
         work = tmp_path / f"seed{seed}"
+        limits = FRONT_SETS[front_set]
         rows = apply_graph(
             grown.flow,
-            fronts(spark, inputs, FRONT_SETS[front_set]),
+            readers(spark, inputs, limits) if in_front else fronts(spark, inputs, limits),
             partitions=partitions,
             fusion=fusion,
             checkpoint_location=str(work / "ck"),
@@ -131,8 +141,8 @@ def test_random_graphs_release_what_the_reference_runtime_releases(
         seen["two+ sinks"] += len(grown.sinks) > 1
         seen["merge"] += any(op == "merge" for op in grown.ops)
         seen["2+ groupings"] += grown.groupings > 1
+        seen["in front"] += in_front and fusion
     # the seeds must really exercise what the generator is for
     if GRAPHS >= 5:
-        assert seen["replayed"] and seen["two+ sinks"] and seen["merge"] and seen["2+ groupings"], (
-            seen
-        )
+        wanted = ("replayed", "two+ sinks", "merge", "2+ groupings", "in front")
+        assert all(seen[what] for what in wanted), seen

@@ -32,6 +32,8 @@ from flamestream.graph.dataflow import Dataflow
 from flamestream.graph.logical import LogicalGraph
 from flamestream.spark.control.key_layout import ElasticPolicy
 from flamestream.spark.durable import QueryCheckpoint, filesystem, write_atomically
+from flamestream.spark.exec.front_stage import OPTION as STAGE_OPTION
+from flamestream.spark.exec.front_stage import FrontStage
 from flamestream.spark.exec.items import BYTES_TAG, ITEM_DDL, MAY_INVALIDATE, TEXT_TAG, TOMBSTONE
 from flamestream.spark.exec.keyed import KeyedRunner
 from flamestream.spark.exec.partitioning import KEY_PARTITION, SALT_PREFIX, salts
@@ -100,13 +102,24 @@ class SparkGraph:
         return self.plan.keyed
 
     def apply(
-        self, df: DataFrame, *, payload: str = "value", checkpoint_location: str | None = None
+        self,
+        df: DataFrame | Any,
+        *,
+        payload: str = "value",
+        checkpoint_location: str | None = None,
     ) -> DataFrame:
         """The rows reaching the sinks when the graph runs on ``df``'s rows.
 
         ``df`` needs ``ts`` and ``front`` (the global time, as flamestream fronts give it)
         and the ``payload`` column (string: the payload is the text; binary: the bytes);
-        ``source`` and ``position`` (the determinant) are carried when present. Returns
+        ``source`` and ``position`` (the determinant) are carried when present.
+
+        ``df`` may also be a ``format("flamestream")`` front's reader, not loaded yet
+        (``spark.readStream.format("flamestream").option(...)``), or a list of them (one per
+        source, unioned): then ``apply`` loads them itself and the fronts run the graph's
+        first stage in their read tasks (or key the rows for the first grouping), so the
+        records leave Python once, as items (:mod:`flamestream.spark.exec.front_stage`). The
+        released rows are the same. Returns
         ``ts, front, trace, flags, source, position, sink, value``: ``value`` is the payload
         as text (``render``), ``(ts, front, trace)`` its meta, ordered as the model orders
         them, ``flags`` whether it may invalidate (a replayed version) or is a tombstone: the
@@ -116,9 +129,13 @@ class SparkGraph:
         query's checkpoint: the groupings' state is kept under it (``flamestream-graph/``)
         and their garbage collection follows the min-time in its offset log.
         """
-        plan = self._query_plan(df, checkpoint_location)
-        wiring = _Wiring(self, plan, self._source_items(df, payload))
-        wiring.channels(*self._channel_rows(df, plan))
+        rows, in_front = self._front_rows(df, payload)
+        plan = self._query_plan(rows, checkpoint_location)
+        if in_front:  # the fronts ran the first stage (or the keying): their rows are items
+            wiring = _Wiring(self, plan, rows, in_front=self.plan.in_front)
+        else:
+            wiring = _Wiring(self, plan, self._source_items(rows, payload))
+        wiring.channels(*self._channel_rows(rows, plan))
         for stage in self.stages:
             wiring.add(stage)
         return wiring.result()
@@ -182,6 +199,36 @@ class SparkGraph:
                 .load()
             )
         return control_rows, loop_rows
+
+    def _front_rows(self, df: DataFrame | Any, payload: str) -> tuple[DataFrame, bool]:
+        """The input as a DataFrame; True when fronts' readers ran :attr:`plan.in_front`."""
+        readers: list[Any] = list(df) if isinstance(df, list | tuple) else [df]
+        if not readers or any(not _is_reader(r) for r in readers):
+            if len(readers) == 1 and hasattr(readers[0], "isStreaming"):
+                return readers[0], False
+            raise GraphError(
+                self.graph.name,
+                "a DataFrame of front rows, or format('flamestream') readers not loaded yet",
+                f"{', '.join(type(r).__name__ for r in readers) or 'nothing'}",
+                "pass spark.readStream.format('flamestream').option(...) (or .load() it)",
+            )
+        option = "" if self.plan.in_front is None else self._front_stage(payload).encode()
+        loaded = []
+        for reader in readers:
+            loaded.append(reader.option(STAGE_OPTION, option).load())
+            reader.option(STAGE_OPTION, "")  # the caller's reader loads plain fronts again
+        rows = loaded[0]
+        for more in loaded[1:]:
+            rows = rows.unionByName(more)
+        return rows, bool(option)
+
+    def _front_stage(self, payload: str) -> FrontStage:
+        """What the fronts run in their reads: the first stage, or the keying for a grouping."""
+        entry = self.graph.consumer(self.source)
+        index = self.plan.in_front
+        stage = next((s for s in self.stages if s.index == index), Stage(0, (), (entry,)))
+        runner = StageRunner(self.graph, stage, self.keys, self.render, self.precombine)
+        return FrontStage(runner, entry, payload)
 
     def _source_items(self, df: DataFrame, payload: str) -> DataFrame:
         """The source's item rows, keyed before the shuffle when a grouping reads them."""
@@ -255,10 +302,19 @@ class _QueryPlan:
 class _Wiring:
     """One ``apply``: the DataFrames made so far, stage by stage, and the query's result."""
 
-    def __init__(self, graph: SparkGraph, plan: _QueryPlan, source_items: DataFrame) -> None:
+    def __init__(
+        self,
+        graph: SparkGraph,
+        plan: _QueryPlan,
+        source_items: DataFrame,
+        *,
+        in_front: int | None = None,
+    ) -> None:
         self.graph = graph
         self.plan = plan
         self.items: dict[str, DataFrame] = {graph.source: source_items}
+        #: the stage the fronts ran (its output: ``source_items``), if any but the keying
+        self.in_front = in_front or None
         self.outputs: dict[int, DataFrame] = {}
         self.flagged: dict[int, bool] = {}  # whether a stage's output may carry replays
         self.control_rows: DataFrame | None = None
@@ -292,6 +348,15 @@ class _Wiring:
         """Wire ``stage``: its input, then one ``mapInArrow`` (after a shuffle when keyed)."""
         from pyspark.sql import functions as F
 
+        host = self.graph.plan.hosts.get(stage.index)
+        if stage.index == self.in_front:  # the fronts ran it in their reads
+            self.outputs[stage.index] = self._with_control(self.items[self.graph.source])
+            self.flagged[stage.index] = False
+            return
+        if host is not None:  # runs in its keyed stage's tasks (see _keyed)
+            self.outputs[stage.index] = self.outputs[host]
+            self.flagged[stage.index] = True
+            return
         entries = [self.rows_for(entry) for entry in stage.entries]
         stage_input = entries[0]
         for more in entries[1:]:
@@ -303,9 +368,7 @@ class _Wiring:
             for p in self.graph.graph.producers(entry)
             if p in of and of[p] is not stage
         }
-        if self.control_rows is not None:  # in the query once: its offset is in every batch's
-            stage_input = stage_input.unionByName(self.control_rows.select(*stage_input.columns))
-            self.control_rows = None
+        stage_input = self._with_control(stage_input)  # once: its offset is in every batch's
         looped = stage in self.plan.fed and self.loop_rows is not None
         if looped:
             assert self.loop_rows is not None  # noqa: S101
@@ -313,14 +376,18 @@ class _Wiring:
             stage_input = stage_input.unionByName(here.select(*stage_input.columns))
         flagged = looped or any(self.flagged[u] for u in upstream)
         self.flagged[stage.index] = stage.grouping is not None or flagged
-        host = self.graph.plan.hosts.get(stage.index)
-        if host is not None:  # runs in its keyed stage's tasks (see _keyed)
-            self.outputs[stage.index] = self.outputs[host]
-        elif stage.grouping is None:
+        if stage.grouping is None:
             runner = self.graph._runner(stage)
             self.outputs[stage.index] = stage_input.mapInArrow(runner, ITEM_DDL)
         else:
             self.outputs[stage.index] = self._keyed(stage, stage_input, flagged)
+
+    def _with_control(self, rows: DataFrame) -> DataFrame:
+        """``rows`` and, once per query, the control channel's (no rows, only its offset)."""
+        if self.control_rows is None:
+            return rows
+        control, self.control_rows = self.control_rows, None
+        return rows.unionByName(control.select(*rows.columns))
 
     def _keyed(self, stage: Stage, stage_input: DataFrame, flagged: bool) -> DataFrame:
         """A keyed stage: routed, invalidators copied, shuffled by key partition, run."""
@@ -405,6 +472,11 @@ def _no_adaptive_streaming(session: Any) -> None:
         _log.info(
             "flamestream: set %s=false (graph stages on streaming DataFrames)", ADAPTIVE_STREAMING
         )
+
+
+def _is_reader(candidate: Any) -> bool:
+    """Whether ``candidate`` is a DataFrame reader not loaded yet (batch or stream)."""
+    return hasattr(candidate, "load") and hasattr(candidate, "option")
 
 
 def _named(runner: Callable[[Any], Any], name: str) -> Callable[[Any], Any]:

@@ -55,6 +55,8 @@ from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.connector.stamping import CLOCKS, clamp_times
 from flamestream.spark.control.admission import HISTORY, AdmissionController, Budget
 from flamestream.spark.durable import batch_id_of_task
+from flamestream.spark.exec.front_stage import OPTION as STAGE_OPTION
+from flamestream.spark.exec.front_stage import FrontStage
 
 #: Columns every front emits first, before its own payload columns.
 META_FIELDS = [
@@ -144,6 +146,8 @@ class ReaderConfig:
     controller: Budget | None = None
     #: a front with no new record for this long reports past its last item (None: never)
     idle_timeout_ms: int | None = None
+    #: a graph's first stage, run in the read tasks (set by ``apply``, not by users)
+    stage: FrontStage | None = None
 
     @classmethod
     def parse(cls, options: OptionReader, limit_alias: str | None = None) -> ReaderConfig:
@@ -170,12 +174,14 @@ class ReaderConfig:
         on = options.choice("controller", ["off", "on"], "off") == "on"
         budget = Budget.parse(options, max_records if on else None)  # validated either way
         idle = options.optional_integer("idleTimeoutMs", minimum=1)
+        stage = options.raw(STAGE_OPTION)
         return cls(
             id_base=id_base,
             max_records=max_records,
             clock=clock,
             controller=budget if on else None,
             idle_timeout_ms=idle,
+            stage=FrontStage.decode(stage) if stage else None,
         )
 
 
@@ -189,6 +195,9 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.clock = config.clock
         self.budget = config.controller
         self.idle_timeout_ms = config.idle_timeout_ms
+        self.stage = config.stage
+        if self.stage is not None:
+            self.stage.check(source.payload_fields(), f"front {source.kind}")
         if self.clock == "record" and source.record_time_from is None:
             step = f"front {source.kind}"
             raise ConfigError(
@@ -521,6 +530,17 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # --- reading (executors) -----------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The range's records as Arrow batches, stamped; as item rows with a graph stage."""
+        rows = self._stamped(partition)
+        if self.stage is None:
+            yield from rows
+            return
+        for batch in rows:
+            items = self.stage.items(batch)
+            if items.num_rows:
+                yield items
+
+    def _stamped(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The range's records as Arrow batches, stamped with their global times."""
         part: FrontRange = partition.value
         schema = pa.schema(META_FIELDS + self.source.payload_fields())

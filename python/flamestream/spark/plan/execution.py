@@ -53,6 +53,9 @@ class ExecutionPlan:
     #: stateless stages that run in the tasks of the keyed stage they read from (index ->
     #: the keyed stage's index): no Spark pass of their own (see :func:`tails_of_keyed`)
     hosts: Mapping[int, int] = field(default_factory=dict)
+    #: what a front may run in its own read tasks (:func:`front_work`): None (nothing), 0
+    #: (keying the rows for the shuffle) or the index of the stage that reads the source
+    in_front: int | None = None
     stage_of: Mapping[str, Stage] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -63,14 +66,15 @@ class ExecutionPlan:
         """The stateless stages that run in ``stage``'s tasks, after it, in stage order."""
         return tuple(s for s in self.stages if self.hosts.get(s.index) == stage.index)
 
-    def passes(self) -> int:
+    def passes(self, *, front: bool = False) -> int:
         """Python passes (``mapInArrow``) over one micro-batch's rows.
 
         Every stage but the tails, plus the keying of the source rows when a grouping reads
-        them directly.
+        them directly; ``front=True``: when the fronts run :attr:`in_front` in their reads.
         """
         keyed_source = self.graph.consumer(self.source) in self.keys
-        return len(self.stages) - len(self.hosts) + keyed_source
+        passes = len(self.stages) - len(self.hosts) + keyed_source
+        return passes - 1 if front and self.in_front is not None else passes
 
     @property
     def keyed(self) -> bool:
@@ -184,6 +188,7 @@ def plan_execution(
         )
     return ExecutionPlan(
         hosts=tails_of_keyed(graph, stages, cut) if fusion else {},
+        in_front=front_work(graph, stages, sources[0], cut) if fusion else None,
         graph=graph,
         fusion=fusion,
         release=release,
@@ -225,3 +230,27 @@ def tails_of_keyed(
         if keyed is not None and keyed.grouping is not None:
             hosts[stage.index] = keyed.index
     return hosts
+
+
+def front_work(
+    graph: LogicalGraph, stages: list[Stage], source: str, cut: frozenset[tuple[str, str]]
+) -> int | None:
+    """What the fronts can do in their read tasks, before the rows first leave Python.
+
+    0 when the source feeds a grouping directly (the rows' keys for the shuffle); the index
+    of the stateless stage that reads the source, when the source is all that stage reads
+    (no other stage, no loop channel); None otherwise.
+    """
+    consumer = graph.consumer(source)
+    stage = next((s for s in stages if consumer in s.steps), None)
+    if stage is None:  # the source goes straight to a sink
+        return None
+    if stage.grouping is not None:
+        return 0 if consumer in stage.entries else None
+    for entry in stage.entries:
+        for producer in graph.producers(entry):
+            if producer in stage.steps:
+                continue
+            if producer != source or (producer, entry) in cut:
+                return None
+    return stage.index

@@ -1,0 +1,91 @@
+"""A graph's first stage run inside a front's read tasks: rows leave Python once, as items.
+
+Without it, a front's records leave its Python reader as front rows, become item rows in
+Spark SQL, and enter Python again for the graph's first stage (or for their shuffle keys):
+two crossings of the Python/JVM boundary per record, and a Python worker more per task.
+``SparkGraph`` hands the fronts a ``FrontStage`` (the internal ``graphStage`` option, set by
+``apply`` when it is given readers); the front's ``read`` then yields the item rows that
+stage sends on, ready for the shuffle. The rows are the same as the unfused path's: the
+front rows are turned into items exactly as ``SparkGraph._items`` does in SQL.
+"""
+
+from __future__ import annotations
+
+import base64
+import zlib
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from flamestream.errors import ConfigError
+from flamestream.spark.exec.items import BYTES_TAG, ITEM_SCHEMA, TEXT_TAG
+
+#: The internal option that carries a front stage (set by ``SparkGraph.apply``, not users).
+OPTION = "graphStage"
+
+
+class FrontStage:
+    """Front rows (meta + payload columns) to the item rows a graph's first stage sends on.
+
+    ``runner`` is the stage's ``StageRunner`` (runs on executors, in the front's read task;
+    its functions must be deterministic, as every step's are). ``entry`` is the step the
+    source feeds, ``payload`` the front column that carries the payload.
+    """
+
+    def __init__(self, runner: Any, entry: str, payload: str) -> None:
+        self.runner = runner
+        self.entry = entry
+        self.payload = payload
+
+    def check(self, fields: list[pa.Field], step: str) -> None:
+        """At query start: the payload column exists and is text or bytes."""
+        kinds = {f.name: f.type for f in fields}
+        kind = kinds.get(self.payload)
+        if kind is None or not (pa.types.is_string(kind) or pa.types.is_binary(kind)):
+            found = f"{self.payload} {kind}" if kind is not None else ", ".join(kinds)
+            raise ConfigError(
+                step, "payload", found, "a string or binary payload column of the front"
+            )
+
+    def items(self, rows: pa.RecordBatch) -> pa.RecordBatch:
+        """The item rows leaving the stage for a batch of front rows (may be empty)."""
+        return self.runner.run(self._entering(rows))
+
+    def _entering(self, rows: pa.RecordBatch) -> pa.RecordBatch:
+        """Front rows as items entering the graph: empty trace, tagged payload, no flags."""
+        n = rows.num_rows
+        value = rows.column(self.payload)
+        tag = TEXT_TAG if pa.types.is_string(value.type) else BYTES_TAG
+        payload = pc.binary_join_element_wise(
+            pa.scalar(tag, pa.binary()), value.cast(pa.binary()), pa.scalar(b"", pa.binary())
+        )
+        columns = {
+            "ts": rows.column("ts"),
+            "front": rows.column("front"),
+            "trace": pa.repeat(pa.scalar(b"", pa.binary()), n),
+            "flags": pa.repeat(pa.scalar(0, pa.int8()), n),
+            "source": rows.column("source"),
+            "position": rows.column("position"),
+            "to": pa.repeat(pa.scalar(self.entry, pa.string()), n),
+            "key": pa.nulls(n, pa.binary()),
+            "payload": payload,
+            "value": pa.nulls(n, pa.string()),
+        }
+        return pa.RecordBatch.from_arrays(list(columns.values()), schema=ITEM_SCHEMA)
+
+    def encode(self) -> str:
+        """The stage as an option value (compressed cloudpickle, base64)."""
+        from pyspark import cloudpickle
+
+        pickled = cloudpickle.dumps(self)  # type: ignore[no-untyped-call]
+        return base64.b64encode(zlib.compress(pickled)).decode("ascii")
+
+    @staticmethod
+    def decode(value: str) -> FrontStage:
+        """The stage an option value carries (made by :meth:`encode`, in ``apply``)."""
+        from pyspark import cloudpickle
+
+        stage = cloudpickle.loads(zlib.decompress(base64.b64decode(value)))
+        assert isinstance(stage, FrontStage)  # noqa: S101
+        return stage
