@@ -49,6 +49,7 @@ lint: setup  ## ruff (lint + format check), mypy, no function over 80 lines
 	$(PY) -m ruff format --check python tests benchmarks tools
 	$(PY) -m mypy
 	$(PY) tools/function_length.py python
+	$(PY) tools/function_length.py benchmarks
 
 test: lint  ## set up, lint, then run the whole test suite
 	$(PY) -m pytest

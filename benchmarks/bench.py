@@ -1,33 +1,25 @@
-"""Benchmark harness: every comparison runs in one process, on the same input, same machine.
+"""Benchmark harness: the reference runtime's word count against a plain ``collections.Counter``.
 
-Prints one JSON object: per case the median seconds over ``--repeat`` runs, and ratios.
-Today it measures the reference runtime (the oracle, not the fast path): the cost of the model
-(items, traces, acker, barrier) over a plain ``collections.Counter``, and the extra cost of
-out-of-order arrival (replay and invalidation). The Spark runtime's comparisons against plain
-PySpark join this harness as they are built.
+Every case in one process, on the same input: the cost of the model (items, traces, acker,
+barrier) over a Counter, and the extra cost of out-of-order arrival (replay, invalidation).
+Prints one JSON object (median seconds over ``--repeat`` runs, ratios); see
+docs/benchmarks.md::
 
     python -m benchmarks.bench [--lines N] [--repeat R] [--fronts F]
-
-The Spark passthrough comparison (flamestream files front -> files sink against Spark's
-built-in file source -> file sink, one SparkSession, same input) is its own module, as it
-needs Spark and takes minutes; it prints one JSON object in the same style:
-
-    python -m benchmarks.spark_passthrough [--lines N] [--files F] [--repeat R]
-        [--format json|parquet]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import random
-import statistics
 import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks.lib import cli
+from benchmarks.lib.record import emit, machine
+from benchmarks.lib.stats import median
 from flamestream.examples.wordcount import build_flow, load_sample, split_words
 from flamestream.runtime import RandomScheduler, ReferenceRuntime
 from flamestream.testing import run_in_order
@@ -46,7 +38,7 @@ def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
         start = time.perf_counter()
         result = fn()
         times.append(time.perf_counter() - start)
-    return statistics.median(times), result
+    return median(times, None), result
 
 
 def plain_counter(text: list[str]) -> dict[str, int]:
@@ -77,9 +69,9 @@ def reference_out_of_order(text: list[str], fronts: int, seed: int = 1) -> dict[
 def main(argv: list[str] | None = None) -> int:
     """Run every case, check they agree, print JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lines", type=int, default=2000)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--fronts", type=int, default=3)
+    cli.flag(parser, "--lines", 2000, "lines of the bundled sample, cycled")
+    cli.flag(parser, "--repeat", 3, "timed runs of each case")
+    cli.flag(parser, "--fronts", 3, "fronts of the out-of-order case")
     args = parser.parse_args(argv)
     text = corpus(args.lines)
     words = sum(len(split_words(line)) for line in text)
@@ -88,10 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     ordered_s, ordered = timed(lambda: reference_in_order(text), args.repeat)
     shuffled_s, shuffled = timed(lambda: reference_out_of_order(text, args.fronts), args.repeat)
     if not expected == ordered == shuffled:
-        print(json.dumps({"error": "the cases disagree on the word counts"}))
-        return 1
+        return emit({"error": "the cases disagree on the word counts"})
     report = {
-        "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
+        "machine": machine(),
         "input": {"lines": len(text), "words": words, "fronts": args.fronts},
         "seconds": {
             "plain_counter": round(base_s, 4),
@@ -107,8 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             "out_of_order_vs_in_order": round(shuffled_s / ordered_s, 2),
         },
     }
-    print(json.dumps(report, indent=2))
-    return 0
+    return emit(report)
 
 
 if __name__ == "__main__":

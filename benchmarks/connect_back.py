@@ -1,31 +1,17 @@
 """Python worker connect-back under CPU load: how many short flamestream queries start.
 
-Spark 4.x starts the Python process behind a streaming Python data source (the driver-side
-``pyspark.sql.streaming.python_streaming_source_runner``) as a fresh interpreter and gives it
-10 s to connect back (``PythonWorkerFactory.createSimpleWorker``: a fixed ``select(10000)``,
-no conf; ``spark.python.use.daemon`` does not apply to it). Before connecting, that process
-imports pyspark, and Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on its
-``PYTHONPATH``: source files only, so every such start compiles pyspark again. The setting
-measured here, ``zipless``, runs Python workers through a wrapper that drops Spark's source
-zips from ``PYTHONPATH`` when the interpreter has pyspark installed (same version, bytecode
-cached in site-packages). See docs/connectors.md, "Running on a loaded machine".
-
-It starts ``--load`` CPU-burning processes (each stops by itself after ``--burn-seconds``, and
-all are stopped at the end), waits ``--ramp`` seconds, then for each mode runs ``--runs``
-short queries (files front -> files sink, ``Trigger.AvailableNow``) and records how many
-started (the source's Python process connected back) and finished (every line released once).
-Each mode runs in a child process with one session for its ``--runs`` queries: every query
-start spawns a new source runner process (never reused), so each query is one independent
-trial of the 10 s race, while a fresh session (a new JVM) per query would add minutes of JVM
-start under load and no trial. Modes run one after the other in the order given, so a later
-mode meets a higher load average (conservative for ``zipless``, which runs last by default).
-Prints one JSON object::
+Spark 4.x gives the Python process behind a streaming Python data source 10 s to connect back
+(docs/connectors.md, "Running on a loaded machine"). This starts ``--load`` CPU-burning
+processes, waits ``--ramp`` seconds, then per mode (the interpreter Spark's Python workers
+run: ``default``, ``launcher`` = ``flamestream-python``, ``zipless`` = Spark's source zips
+dropped from ``PYTHONPATH``) runs ``--runs`` short files -> files queries in one child
+process and session (each query start is one trial of the race) and counts those that
+started and finished. Modes run in the order given (a later one meets a higher load). It
+also times, under the same load, the runner's imports and its connect-back. Prints one JSON
+object::
 
     python -m benchmarks.connect_back [--load N] [--runs K] [--lines L] [--modes a,b]
         [--ramp S] [--burn-seconds S] [--timeout S] [--work DIR]
-
-It also times, under the same load, what the source runner imports before it connects back,
-with Spark's ``PYTHONPATH`` and without the zips (wall and CPU seconds, median of 3).
 """
 
 from __future__ import annotations
@@ -33,18 +19,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import secrets
-import shutil
-import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.lib import cli
+from benchmarks.lib.record import emit, load_averages, machine
+from benchmarks.lib.stats import median
 from flamestream.launcher import worker_python
 
 #: The module Spark runs for a streaming Python data source, on the driver.
@@ -101,10 +86,7 @@ def import_cost(pythonpath: str, repeat: int = 3) -> dict[str, float]:
         walls.append(time.perf_counter() - start)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-    return {
-        "wall_s": round(statistics.median(walls), 2),
-        "cpu_s": round(statistics.median(cpus), 2),
-    }
+    return {"wall_s": median(walls, 2), "cpu_s": median(cpus, 2)}
 
 
 def connect_delay(python: str, repeat: int = 3) -> float:
@@ -136,7 +118,7 @@ def connect_delay(python: str, repeat: int = 3) -> float:
             finally:
                 child.kill()
                 child.wait()
-    return round(statistics.median(delays), 2)
+    return median(delays, 2)
 
 
 def start_burners(count: int, seconds: float) -> list[subprocess.Popen[bytes]]:
@@ -160,69 +142,49 @@ def stop_burners(burners: list[subprocess.Popen[bytes]]) -> None:
             burner.wait()
 
 
-def load() -> list[float]:
-    """The 1, 5 and 15 minute load averages."""
-    return [round(x, 1) for x in os.getloadavg()]
-
-
 # --- the child: one session, K queries -------------------------------------------------
+
+
+def one_query(spark: Any, source: Path, work: Path, run: int, lines: int, timeout: float) -> Any:
+    """One files -> files query: how it ended (finished, timeout, connect_back, failed)."""
+    from benchmarks.lib.workloads import files_sink
+
+    out, began, status, detail = work / f"out-{run}", time.perf_counter(), "finished", ""
+    try:
+        reader = spark.readStream.format("flamestream").option("front", "files")
+        rows = reader.option("path", str(source)).load()
+        sink = files_sink(rows, out, work / f"ck-{run}", fmt=None, release=None)
+        query = sink.trigger(availableNow=True).start()
+        done = query.awaitTermination(timeout)
+        if query.exception() is not None:
+            raise query.exception()  # type: ignore[misc]
+        if not done:
+            query.stop()
+            status = "timeout"
+    except Exception as exc:  # classify: the connect-back race, or anything else
+        text = str(exc)
+        status = "connect_back" if "connect back" in text else "failed"
+        detail = text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__
+    released = sum(len(p.read_text().splitlines()) for p in sorted(out.glob("part-*.jsonl")))
+    if status == "finished" and released != lines:
+        status, detail = "failed", f"released {released} of {lines} lines"
+    seconds = round(time.perf_counter() - began, 1)
+    found = {"status": status, "seconds": seconds, "load": load_averages()}
+    return found | ({"detail": detail} if detail else {})
 
 
 def child(runs: int, lines: int, work: Path, timeout: float) -> dict[str, Any]:
     """Run ``runs`` files -> files queries in one session; say how each one ended."""
-    from benchmarks.lib.session import local_spark
-    from benchmarks.lib.workloads import files_sink
+    from benchmarks.lib.session import spark_session
 
     source = work / "in"
     source.mkdir(parents=True, exist_ok=True)
     (source / "a.txt").write_text("".join(f"line {i}\n" for i in range(lines)))
-    started_at = time.perf_counter()
-    spark = local_spark(
-        "flamestream-connect-back",
-        {"spark.executorEnv.PYSPARK_PYTHON": os.environ["PYSPARK_PYTHON"]},
-    )
-    session_s = time.perf_counter() - started_at
-    results = []
-    try:
-        for run in range(runs):
-            out, checkpoint = work / f"out-{run}", work / f"ck-{run}"
-            began = time.perf_counter()
-            status, detail = "finished", ""
-            try:
-                df = (
-                    spark.readStream.format("flamestream")
-                    .option("front", "files")
-                    .option("path", str(source))
-                    .load()
-                )
-                sink = files_sink(df, out, checkpoint, fmt=None, release=None)
-                query = sink.trigger(availableNow=True).start()
-                done = query.awaitTermination(timeout)
-                error = query.exception()
-                if error is not None:
-                    raise error  # type: ignore[misc]
-                if not done:
-                    query.stop()
-                    status = "timeout"
-            except Exception as exc:  # classify: the connect-back race, or anything else
-                text = str(exc)
-                status = "connect_back" if "connect back" in text else "failed"
-                detail = text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__
-            released = sum(
-                len(p.read_text().splitlines()) for p in sorted(out.glob("part-*.jsonl"))
-            )
-            if status == "finished" and released != lines:
-                status, detail = "failed", f"released {released} of {lines} lines"
-            results.append(
-                {
-                    "status": status,
-                    "seconds": round(time.perf_counter() - began, 1),
-                    "load": load(),
-                    **({"detail": detail} if detail else {}),
-                }
-            )
-    finally:
-        spark.stop()
+    began = time.perf_counter()
+    conf = {"spark.executorEnv.PYSPARK_PYTHON": os.environ["PYSPARK_PYTHON"]}
+    with spark_session("flamestream-connect-back", conf) as spark:
+        session_s = time.perf_counter() - began
+        results = [one_query(spark, source, work, run, lines, timeout) for run in range(runs)]
     return {"session_start_s": round(session_s, 1), "queries": results}
 
 
@@ -233,21 +195,10 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path, wrapper: Path) -> 
     """One mode in a child process (a fresh JVM), its JSON back."""
     python = {"zipless": str(wrapper), "launcher": worker_python()}.get(mode, sys.executable)
     env = dict(os.environ, PYSPARK_PYTHON=python, PYSPARK_DRIVER_PYTHON=sys.executable)
-    command = [
-        sys.executable,
-        "-m",
-        "benchmarks.connect_back",
-        "--child",
-        "--runs",
-        str(args.runs),
-        "--lines",
-        str(args.lines),
-        "--timeout",
-        str(args.timeout),
-        "--work",
-        str(work / mode),
-    ]
-    load_before = load()
+    command = [sys.executable, "-m", "benchmarks.connect_back", "--child"]
+    command += ["--work", str(work / mode)]
+    command += [f"--{k}={getattr(args, k)}" for k in ("runs", "lines", "timeout")]
+    load_before = load_averages()
     began = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)  # noqa: S603
     result: dict[str, Any] = {"python_workers": python, "load_at_start": load_before}
@@ -259,63 +210,63 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path, wrapper: Path) -> 
     result["started"] = sum(q["status"] not in ("connect_back",) for q in queries)
     result["finished"] = sum(q["status"] == "finished" for q in queries)
     result["seconds"] = round(time.perf_counter() - began, 1)
-    result["load_at_end"] = load()
+    result["load_at_end"] = load_averages()
     return result
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Parse the arguments; run the burners and the modes (or, with --child, one mode)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--load", type=int, default=15, help="CPU-burning processes")
-    parser.add_argument("--runs", type=int, default=3, help="queries per mode")
-    parser.add_argument("--lines", type=int, default=200, help="input lines per query")
-    parser.add_argument("--modes", default="default,launcher", help=f"comma-separated: {MODES}")
-    parser.add_argument("--ramp", type=float, default=30.0, help="seconds of load before runs")
-    parser.add_argument(
-        "--burn-seconds", type=float, default=1200.0, help="burners end by themselves after this"
-    )
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per query")
-    parser.add_argument("--work", type=Path, help="working directory (default: a temp dir)")
+def arguments(argv: list[str] | None) -> argparse.Namespace:
+    """The load, the queries and the modes."""
+    parser = cli.parser(__doc__, timeout=300.0, repeat=None)
+    cli.flag(parser, "--load", 15, "CPU-burning processes")
+    cli.flag(parser, "--runs", 3, "queries per mode")
+    cli.flag(parser, "--lines", 200, "input lines per query")
+    cli.flag(parser, "--modes", "default,launcher", f"comma-separated: {MODES}")
+    cli.flag(parser, "--ramp", 30.0, "seconds of load before runs")
+    cli.flag(parser, "--burn-seconds", 1200.0, "burners end by themselves after this")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child:
-        print(json.dumps(child(args.runs, args.lines, args.work, args.timeout)))
-        return
-    modes = [m for m in args.modes.split(",") if m]
-    unknown = sorted(set(modes) - set(MODES))
+    args.modes = [m for m in args.modes.split(",") if m]
+    unknown = sorted(set(args.modes) - set(MODES))
     if unknown:
         parser.error(f"--modes: unknown {unknown}; known: {list(MODES)}")
-    work = args.work or Path(tempfile.mkdtemp(prefix="flamestream-connect-back-"))
-    work.mkdir(parents=True, exist_ok=True)
-    wrapper = write_wrapper(work)
-    report: dict[str, Any] = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "load_before_burners": load(),
-        "burners": args.load,
-        "runs": args.runs,
+    return args
+
+
+def under_load(args: argparse.Namespace, work: Path, report: dict[str, Any]) -> None:
+    """After the ramp: the runner's import and connect-back costs, then the modes."""
+    time.sleep(args.ramp)
+    report["load_after_ramp"] = load_averages()
+    with_zips = spark_pythonpath()
+    report["runner_imports_under_load"] = {
+        "spark_pythonpath": import_cost(with_zips),
+        "zipless": import_cost(with_zips.split(os.pathsep)[-1]),
     }
+    report["connect_back_s_under_load"] = {
+        "default": connect_delay(sys.executable),
+        "launcher": connect_delay(worker_python()),
+    }
+    wrapper = write_wrapper(work)
+    report["modes"] = {mode: run_mode(mode, args, work, wrapper) for mode in args.modes}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the burners and the modes (or, with --child, one mode's queries)."""
+    args = arguments(argv)
+    if args.child:
+        print(json.dumps(child(args.runs, args.lines, args.work, args.timeout)))
+        return 0
+    work = cli.Workdir(args.work, "flamestream-connect-back-")
+    report: dict[str, Any] = {"machine": machine(), "load_before_burners": load_averages()}
+    report |= {"burners": args.load, "runs": args.runs}
     burners = start_burners(args.load, args.burn_seconds)
     try:
-        time.sleep(args.ramp)
-        report["load_after_ramp"] = load()
-        with_zips = spark_pythonpath()
-        report["runner_imports_under_load"] = {
-            "spark_pythonpath": import_cost(with_zips),
-            "zipless": import_cost(with_zips.split(os.pathsep)[-1]),
-        }
-        report["connect_back_s_under_load"] = {
-            "default": connect_delay(sys.executable),
-            "launcher": connect_delay(worker_python()),
-        }
-        report["modes"] = {mode: run_mode(mode, args, work, wrapper) for mode in modes}
+        under_load(args, work.path, report)
     finally:
         stop_burners(burners)
         report["burners_left"] = sum(b.poll() is None for b in burners)
-        report["load_after"] = load()
-        if args.work is None:
-            shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps(report, indent=2))
+        report["load_after"] = load_averages()
+    return emit(report, work)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,19 +1,17 @@
 """Barrier benchmarks: the barrier sink's overhead, and end-to-end latency at half the max rate.
 
-One SparkSession (``local[2]``, 2 shuffle partitions). Prints one JSON object::
+``overhead``: one graph (word count, 6-step chain) on the files front, its rows written
+through the barrier sink (``release=tasks`` / ``commit``), Spark's JSON file sink (no
+barrier) and ``noop``; interleaved AvailableNow runs, every output checked; target: barrier /
+no-barrier seconds at most 1.15. ``latency``: the generator pipeline's max sustainable rate
+from backlog probes, then a run at half of it: per released row, release - admission time.
+See docs/benchmarks.md. Prints one JSON object::
 
     python -m benchmarks.spark_barrier [--parts overhead latency] [--lines N] [--files F]
         [--repeat R] [--warmup W] [--graphs wordcount chain] [--variants ...] [--batches B]
         [--latency-graph wordcount|chain] [--release tasks|commit] [--trigger S]
         [--duration S] [--settle S] [--probe-rows N] [--probe-factor K] [--probes P]
         [--work DIR]
-
-``overhead``: the same graph (word count, 6-step chain) on the files front, its rows written
-through the barrier sink (``release=tasks`` / ``commit``), by Spark's JSON file sink (no
-barrier) and to ``noop``; interleaved AvailableNow runs, every output checked. Target:
-barrier / no-barrier time at most 1.15. ``latency``: the generator pipeline
-(:mod:`benchmarks.lib.pipeline`): its max sustainable rate from backlog probes, then a run at
-half that rate; per released row, release time - admission time. See ``NOTES``.
 """
 
 from __future__ import annotations
@@ -22,9 +20,9 @@ import argparse
 import bisect
 import os
 import statistics
-import sys
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -32,9 +30,9 @@ from typing import Any
 from benchmarks.lib import checkpoint, cli, pipeline
 from benchmarks.lib.pipeline import GENERATOR_KEYS, GENERATOR_PARTITIONS, Watched
 from benchmarks.lib.record import Record, emit
-from benchmarks.lib.session import local_spark
+from benchmarks.lib.session import spark_session
 from benchmarks.lib.stats import fit_report, linear_fit, median, summary_ms
-from benchmarks.lib.timing import TIMING_NOTE, Run, interleave, timings
+from benchmarks.lib.timing import TIMING_NOTE, Rounds, Run, interleave, timings
 from benchmarks.lib.workloads import EXPECTED, GRAPHS, Corpus, files_sink
 
 #: Overhead variants: two with the barrier, the built-in JSON file sink without it, and noop.
@@ -95,19 +93,28 @@ def checksums(rows: Any, trace_hex: Any) -> list[Any]:
     ]
 
 
-def overhead(
-    spark: Any, args: argparse.Namespace, work: cli.Workdir, errors: list[Any]
-) -> dict[str, Any]:
-    """The graphs with and without the barrier, interleaved; every output checked."""
-    from pyspark.sql import functions as F
+Key = tuple[str, str]
 
-    from flamestream.spark import apply_graph
 
-    corpus = Corpus.write(work.path / "in", args.lines, args.files, args.batches)
-    want = {graph: EXPECTED[graph](args.lines) for graph in args.graphs}
+class Overhead:
+    """The graphs with and without the barrier on one corpus; every output checked."""
 
-    def define(graph: str, variant: str, out: Path, ck: Path) -> Any:
-        rows = apply_graph(GRAPHS[graph](), corpus.front(spark), checkpoint_location=str(ck))
+    def __init__(
+        self, spark: Any, args: argparse.Namespace, work: cli.Workdir, errors: list[Any]
+    ) -> None:
+        self.spark, self.args, self.work, self.errors = spark, args, work, errors
+        self.corpus = Corpus.write(work.path / "in", args.lines, args.files, args.batches)
+        self.want = {graph: EXPECTED[graph](args.lines) for graph in args.graphs}
+        self.outputs: dict[Key, set[tuple[int, int, int]]] = {}
+
+    def define(self, graph: str, variant: str, out: Path, ck: Path) -> Any:
+        """The graph's rows to the variant's sink."""
+        from pyspark.sql import functions as F
+
+        from flamestream.spark import apply_graph
+
+        front = self.corpus.front(self.spark)
+        rows = apply_graph(GRAPHS[graph](), front, checkpoint_location=str(ck))
         if variant in BARRIERS:
             return files_sink(rows, out, ck, "json", BARRIERS[variant]).trigger(availableNow=True)
         if variant == "json":
@@ -117,66 +124,98 @@ def overhead(
             writer = observed.writeStream.format("noop")
         return writer.option("checkpointLocation", str(ck)).trigger(availableNow=True)
 
-    outputs: dict[tuple[str, str], set[tuple[int, int, int]]] = {}
-
-    def written(key: tuple[str, str], out: Path, run: Run) -> None:
+    def check(self, key: Key, out: Path, run: Run) -> None:
         """The rows, values crc32 sum and all-columns crc32 sum the variant wrote."""
+        from pyspark.sql import functions as F
+
         (graph, variant), m = key, run.metrics
         found = (m.get("rows", 0), m.get("values", 0), m.get("all", 0))
         if variant != "noop":
-            rows, trace = spark.read.schema(OUTPUT_JSON_DDL).json(str(out)), F.col("trace")
+            rows, trace = self.spark.read.schema(OUTPUT_JSON_DDL).json(str(out)), F.col("trace")
             trace_hex = F.upper(trace) if variant in BARRIERS else F.hex(F.unbase64(trace))
             (row,) = rows.agg(*checksums(rows, trace_hex)).collect()
             found = (int(row["rows"]), int(row["values"] or 0), int(row["all"] or 0))
-        outputs.setdefault(key, set()).add(found)
-        if found[:2] != want[graph]:
-            problem = f"(rows, crc32 sum of values) {found[:2]}, expected {want[graph]}"
-            errors.append(
-                {
-                    "part": "overhead",
-                    "graph": graph,
-                    "variant": variant,
-                    "run": work.count,
-                    "error": problem,
-                }
-            )
+        self.outputs.setdefault(key, set()).add(found)
+        if found[:2] != self.want[graph]:
+            problem = f"(rows, crc32 sum of values) {found[:2]}, expected {self.want[graph]}"
+            failure = {"part": "overhead", "graph": graph, "variant": variant}
+            self.errors.append({**failure, "run": self.work.count, "error": problem})
 
-    def order(attempt: int) -> list[tuple[str, str]]:
-        turn = attempt % len(args.variants)  # the order rotated every round
-        return [(g, v) for g in args.graphs for v in args.variants[turn:] + args.variants[:turn]]
+    def order(self, attempt: int) -> list[Key]:
+        """A round's order: the variants rotated every round."""
+        turn, variants = attempt % len(self.args.variants), self.args.variants
+        return [(g, v) for g in self.args.graphs for v in variants[turn:] + variants[:turn]]
 
-    cases = {(g, v): partial(define, g, v) for g in args.graphs for v in args.variants}
-    rounds = interleave(cases, work, args, observed=METRICS, check=written, order=order)
-    cases_report: dict[str, Any] = {}
-    ratios: dict[str, float] = {}
-    for graph in args.graphs:
-        found = {v: sorted(outputs[graph, v]) for v in args.variants}
-        if len({f for v in args.variants for f in outputs[graph, v]}) > 1:
-            problem = "the variants wrote different rows (rows, crc32 sums)"
-            errors.append({"part": "overhead", "graph": graph, "error": problem, "observed": found})
-        summary = timings(
-            args.lines,
-            {v: rounds.runs[graph, v] for v in args.variants},
-            {v: rounds.warmups[graph, v] for v in args.variants},
+    def run(self) -> dict[str, Any]:
+        """Interleave the cases; per graph its timings, outputs and ratios."""
+        graphs, variants = self.args.graphs, self.args.variants
+        cases = {(g, v): partial(self.define, g, v) for g in graphs for v in variants}
+        rounds = interleave(
+            cases, self.work, self.args, observed=METRICS, check=self.check, order=self.order
         )
-        case: dict[str, Any] = {**summary.report, "output_rows": want[graph][0], "output": found}
-        for variant in (v for v in args.variants if v in BARRIERS and BASELINE in args.variants):
+        found = {graph: self.graph_report(rounds, graph) for graph in graphs}
+        self.work.drop(self.corpus.folder)
+        return {
+            "input": self.corpus.report(),
+            "repeat": self.args.repeat,
+            "warmup": self.args.warmup,
+            "target": f"barrier / no-barrier seconds <= {TARGET_RATIO}",
+            "cases": found,
+            "ratios": {
+                f"{graph}_{name[len('ratio_') :]}": ratio
+                for graph, case in found.items()
+                for name, ratio in case.items()
+                if name.startswith("ratio_")
+            },
+        }
+
+    def graph_report(self, rounds: Rounds[Key], graph: str) -> dict[str, Any]:
+        """A graph's timings, what each variant wrote, and the barriers' ratios."""
+        variants = self.args.variants
+        found = {v: sorted(self.outputs[graph, v]) for v in variants}
+        if len({f for v in variants for f in self.outputs[graph, v]}) > 1:
+            problem = "the variants wrote different rows (rows, crc32 sums)"
+            self.errors.append(
+                {"part": "overhead", "graph": graph, "error": problem, "observed": found}
+            )
+        summary = timings(
+            self.args.lines,
+            {v: rounds.runs[graph, v] for v in variants},
+            {v: rounds.warmups[graph, v] for v in variants},
+        )
+        case = {**summary.report, "output_rows": self.want[graph][0], "output": found}
+        for variant in (v for v in variants if v in BARRIERS and BASELINE in variants):
             wall = summary.rate[BASELINE] / summary.rate[variant]
             steady = summary.steady[BASELINE] / summary.steady[variant]
-            ratios[f"{graph}_{variant}_vs_{BASELINE}"] = round(wall, 3)
             case[f"ratio_{variant}_vs_{BASELINE}"] = round(wall, 3)
             case[f"steady_ratio_{variant}_vs_{BASELINE}"] = round(steady, 3)
             case[f"target_met_{variant}"] = wall <= TARGET_RATIO
             case[f"steady_target_met_{variant}"] = steady <= TARGET_RATIO
-        cases_report[graph] = case
-    work.drop(corpus.folder)
+        return case
+
+
+def max_sustainable(starter: Any, work: cli.Workdir, args: argparse.Namespace) -> dict[str, Any]:
+    """Backlog probes, batches growing until they take twice as long as the first probe's.
+
+    The rows' own cost is then at least the fixed cost: the best rate reached is at least
+    half the asymptote 1 / b.
+    """
+
+    def probe(batch_rows: int) -> dict[str, Any]:
+        found = pipeline.probe(starter, work, batch_rows, args.probe_batches, args.timeout)
+        return {**found, "rows_per_second": round(batch_rows / found["batch_seconds_median"])}
+
+    probes = [probe(args.probe_rows)]
+    while len(probes) < args.probes:
+        probes.append(probe(probes[-1]["batch_rows"] * args.probe_factor))
+        if probes[-1]["batch_seconds_median"] >= 2 * probes[0]["batch_seconds_median"]:
+            break
+    ys = [p["batch_seconds_median"] for p in probes]
     return {
-        "input": corpus.report(),
-        "repeat": args.repeat,
-        "warmup": args.warmup,
-        "target": f"barrier / no-barrier seconds <= {TARGET_RATIO}",
-        "cases": cases_report,
-        "ratios": ratios,
+        "probes": probes,
+        "fit": fit_report(*linear_fit([p["batch_rows"] for p in probes], ys)),
+        "rows_per_second": max(p["rows_per_second"] for p in probes),
+        "batches_doubled": ys[-1] >= 2 * ys[0],
     }
 
 
@@ -184,40 +223,24 @@ def latency(
     spark: Any, args: argparse.Namespace, work: cli.Workdir, errors: list[Any]
 ) -> dict[str, Any]:
     """The max sustainable rate, then a run at half of it: its latency per released row."""
-    options = {"keys": GENERATOR_KEYS}
-    graph, trigger = GRAPHS[args.latency_graph], f"{args.trigger} seconds"
-    starter = partial(pipeline.start, spark, graph=graph, release=args.release, trigger=trigger)
 
-    def probe(batch_rows: int) -> dict[str, Any]:
-        """Rows/s of the busy pipeline at ``batch_rows`` rows per batch, from a backlog."""
-        found = pipeline.probe(
-            lambda front, out, ck: starter({**options, **front}, out, ck),
-            work,
-            batch_rows,
-            args.probe_batches,
-            args.timeout,
+    def starter(front: dict[str, Any], out: Path, ck: Path) -> Any:
+        return pipeline.start(
+            spark,
+            {"keys": GENERATOR_KEYS, **front},
+            out,
+            ck,
+            graph=GRAPHS[args.latency_graph],
+            release=args.release,
+            trigger=f"{args.trigger} seconds",
         )
-        return {**found, "rows_per_second": round(batch_rows / found["batch_seconds_median"])}
 
-    # batches grow until they take twice as long as the first probe's (the rows' own cost
-    # at least the fixed cost, so the rate reached is at least half the asymptote 1 / b)
-    probes = [probe(args.probe_rows)]
-    while len(probes) < args.probes:
-        probes.append(probe(probes[-1]["batch_rows"] * args.probe_factor))
-        if probes[-1]["batch_seconds_median"] >= 2 * probes[0]["batch_seconds_median"]:
-            break
-    ys = [p["batch_seconds_median"] for p in probes]
-    sustainable = {
-        "probes": probes,
-        "fit": fit_report(*linear_fit([p["batch_rows"] for p in probes], ys)),
-        "rows_per_second": max(p["rows_per_second"] for p in probes),
-        "batches_doubled": ys[-1] >= 2 * ys[0],
-    }
+    sustainable = max_sustainable(starter, work, args)
     rate = sustainable["rows_per_second"] / 2
     total = round(rate * (args.settle + args.duration))
     out, ck = work.fresh("latency")
     started = time.time()
-    query = starter({**options, "rowsPerSecond": rate, "totalRows": total}, out, ck)
+    query = starter({"rowsPerSecond": rate, "totalRows": total}, out, ck)
     deadline = started + args.settle + args.duration + args.timeout
     watched = pipeline.watch(query, total, deadline, started=started, out=out)
     measured, problems = analyse(watched, out, ck, rate, total, args)
@@ -268,66 +291,93 @@ def generator_start(
     return (low + high) / 2, high - low
 
 
-def analyse(
-    watched: Watched, out: Path, ck: Path, rate: float, total: int, args: argparse.Namespace
-) -> tuple[dict[str, Any], list[str]]:
-    """Per released row: release time - admission time; and what is wrong, if anything."""
+@dataclass
+class Ranges:
+    """Per source the batches' end positions in order, each range's (batch, start, base)."""
+
+    ends: dict[str, list[int]] = field(default_factory=dict)
+    ranges: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
+    clamped: int = 0  #: batches whose base was the previous horizon, not the clock
+
+    @classmethod
+    def of(cls, offsets: dict[int, dict[str, Any]]) -> Ranges:
+        """The ranges of the offset log."""
+        found, previous, last_horizon = cls(), dict[str, int](), 0
+        for b in sorted(offsets):
+            offset = offsets[b]
+            found.clamped += bool(b and offset["base"] == last_horizon)
+            last_horizon = offset["horizon"]
+            for key, _front, position, *_ in offset["fronts"]:
+                if position > previous.get(key, 0):
+                    found.ends.setdefault(key, []).append(position)
+                    found.ranges.setdefault(key, []).append(
+                        (b, previous.get(key, 0), offset["base"])
+                    )
+                previous[key] = position
+        return found
+
+    def of_row(self, source: str, position: int) -> tuple[int, int, int]:
+        """The (batch, start, base) of the range that read a row."""
+        return self.ranges[source][bisect.bisect_right(self.ends[source], position)]
+
+
+@dataclass
+class Released:
+    """The released rows: latencies of those admitted in the window, and the checks' counts."""
+
+    admitted: list[float] = field(default_factory=list)  #: release - base
+    from_ts: list[float] = field(default_factory=list)  #: release - ts
+    generated: list[float] = field(default_factory=list)  #: release - made available
+    behind: Counter[int] = field(default_factory=Counter)  #: release batch - read batch
+    rows: int = 0
+    duplicates: int = 0
+    mismatched: int = 0  #: rows whose ts is not base + (position - start)
+
+
+def released_rows(
+    out: Path, files: dict[str, float], ranges: Ranges, window_start: float, rate: float, clock: Any
+) -> Released:
+    """Every released row's admission (its batch's base) and release (its file's ctime)."""
     import pyarrow.json as pj
 
-    offsets = checkpoint.read(ck).offsets
-    # per source: batch ends in order, each range's (batch id, start, base)
-    ends: dict[str, list[int]] = {}
-    ranges: dict[str, list[tuple[int, int, int]]] = {}
-    previous: dict[str, int] = {}
-    clamped = last_horizon = 0
-    for b in sorted(offsets):
-        offset = offsets[b]
-        clamped += bool(b and offset["base"] == last_horizon)
-        last_horizon = offset["horizon"]
-        for key, _front, position, *_ in offset["fronts"]:
-            if position > previous.get(key, 0):
-                ends.setdefault(key, []).append(position)
-                ranges.setdefault(key, []).append((b, previous.get(key, 0), offset["base"]))
-            previous[key] = position
-    clock = generator_start(offsets, rate, total)
-    released = {
-        e.name: e.stat().st_ctime
-        for e in os.scandir(out)
-        if e.name.startswith("part-") and e.name.endswith(".jsonl")
-    }
-    window_start = watched.started + args.settle
-    admitted: list[float] = []
-    from_ts: list[float] = []
-    generated: list[float] = []
-    behind = Counter[int]()
-    mismatched = rows = duplicates = 0
-    seen_keys: set[tuple[str, int]] = set()
-    for name, ctime in sorted(released.items()):
+    found, seen = Released(), set[tuple[str, int]]()
+    for name, ctime in sorted(files.items()):
         release_batch = int(name.split(".")[0].split("-")[1])  # part-<batch>[-<p>].jsonl
         table = pj.read_json(out / name)
         columns = (table.column(c).to_pylist() for c in ("ts", "source", "position"))
         for ts, src, position in zip(*columns, strict=True):
-            rows += 1
-            duplicates += (src, position) in seen_keys
-            seen_keys.add((src, position))
-            batch, start, base = ranges[src][bisect.bisect_right(ends[src], position)]
-            behind[release_batch - batch] += 1
-            mismatched += ts != base + position - start
+            found.rows += 1
+            found.duplicates += (src, position) in seen
+            seen.add((src, position))
+            batch, start, base = ranges.of_row(src, position)
+            found.behind[release_batch - batch] += 1
+            found.mismatched += ts != base + position - start
             if base / 1e6 < window_start:
                 continue
-            admitted.append(ctime - base / 1e6)
-            from_ts.append(ctime - ts / 1e6)
+            found.admitted.append(ctime - base / 1e6)
+            found.from_ts.append(ctime - ts / 1e6)
             if clock is not None:
-                generated.append(ctime - clock[0] - (position + 1) * GENERATOR_PARTITIONS / rate)
+                made = clock[0] + (position + 1) * GENERATOR_PARTITIONS / rate
+                found.generated.append(ctime - made)
+    return found
+
+
+def problems_of(found: Released, total: int, finished: bool, graph: str) -> list[str]:
+    """What is wrong with the released rows, if anything."""
     problems = []
-    if mismatched:
-        problems.append(f"{mismatched} rows whose ts is not base + (position - start)")
-    if duplicates:
-        problems.append(f"{duplicates} input records released more than once")
-    if args.latency_graph == "wordcount" and rows != total and watched.finished:
-        problems.append(f"{rows} rows released, expected one per input record ({total})")
-    if not admitted:
+    if found.mismatched:
+        problems.append(f"{found.mismatched} rows whose ts is not base + (position - start)")
+    if found.duplicates:
+        problems.append(f"{found.duplicates} input records released more than once")
+    if graph == "wordcount" and found.rows != total and finished:
+        problems.append(f"{found.rows} rows released, expected one per input record ({total})")
+    if not found.admitted:
         problems.append("no released row was admitted inside the measured window")
+    return problems
+
+
+def window_report(watched: Watched, offsets: dict[int, Any], window_start: float) -> dict[str, Any]:
+    """The batches planned inside the measured window, and whether they kept up."""
     window = [
         p
         for b, p in sorted(watched.progress.items())
@@ -335,9 +385,7 @@ def analyse(
     ]
     durations = [p["durationMs"]["triggerExecution"] / 1000 for p in window]
     half = len(durations) // 2
-    result: dict[str, Any] = {
-        "released_rows": rows,
-        "measured_rows": len(admitted),
+    return {
         "batches": len(watched.progress),
         "batches_in_window": len(window),
         "batch_seconds_in_window": [round(d, 3) for d in durations],
@@ -350,48 +398,67 @@ def analyse(
         "kept_up": watched.finished
         and half > 0
         and median(durations[half:], None) <= 1.25 * median(durations[:half], None),
-        "released_batches_after_admission": dict(sorted(behind.items())),
-        "clamped_batches": clamped,
     }
-    if admitted:
-        result["latency_ms"] = summary_ms(admitted)
-        result["latency_from_ts_ms"] = summary_ms(from_ts)
-    if generated and clock is not None:
-        result["latency_from_generation_ms"] = summary_ms(generated)
+
+
+def analyse(
+    watched: Watched, out: Path, ck: Path, rate: float, total: int, args: argparse.Namespace
+) -> tuple[dict[str, Any], list[str]]:
+    """Per released row: release time - admission time; and what is wrong, if anything."""
+    offsets = checkpoint.read(ck).offsets
+    ranges, clock = Ranges.of(offsets), generator_start(offsets, rate, total)
+    files = {
+        e.name: e.stat().st_ctime
+        for e in os.scandir(out)
+        if e.name.startswith("part-") and e.name.endswith(".jsonl")
+    }
+    window_start = watched.started + args.settle
+    found = released_rows(out, files, ranges, window_start, rate, clock)
+    result: dict[str, Any] = {
+        "released_rows": found.rows,
+        "measured_rows": len(found.admitted),
+        **window_report(watched, offsets, window_start),
+        "released_batches_after_admission": dict(sorted(found.behind.items())),
+        "clamped_batches": ranges.clamped,
+    }
+    if found.admitted:
+        result["latency_ms"] = summary_ms(found.admitted)
+        result["latency_from_ts_ms"] = summary_ms(found.from_ts)
+    if found.generated and clock is not None:
+        result["latency_from_generation_ms"] = summary_ms(found.generated)
         result["generator_clock_bracket_ms"] = round(clock[1] * 1000, 3)
-    seen_lag = [watched.seen[n] - c for n, c in released.items() if n in watched.seen]
+    seen_lag = [watched.seen[n] - c for n, c in files.items() if n in watched.seen]
     if seen_lag:
         result["release_seen_by_poller_after_ctime_ms"] = {
             "median": round(statistics.median(seen_lag) * 1000, 1),
             "max": round(max(seen_lag) * 1000, 1),
         }
-    return result, problems
+    return result, problems_of(found, total, watched.finished, args.latency_graph)
+
+
+def run_parts(spark: Any, args: argparse.Namespace, work: cli.Workdir) -> dict[str, Any]:
+    """The parts asked for (latency only if overhead found no error); errors under ``error``."""
+    errors: list[dict[str, Any]] = []
+    report: dict[str, Any] = {}
+    if "overhead" in args.parts:
+        report["overhead"] = Overhead(spark, args, work, errors).run()
+    if "latency" in args.parts and not errors:
+        report["latency"] = latency(spark, args, work, errors)
+    if errors:  # the outputs were removed; the input stays in ``work`` to reproduce it
+        return {"error": "wrong output", "failures": errors, "work": str(work.path)}
+    return report
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the parts, check every output, print JSON."""
-    args = arguments(argv)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    args, record = arguments(argv), Record()
     work = cli.Workdir(args.work, "flamestream-barrier-")
-    record = Record()
-    spark = local_spark("flamestream-spark-barrier")
-    errors: list[dict[str, Any]] = []
-    report: dict[str, Any] = {}
-    try:
-        spark_version = spark.version
-        if "overhead" in args.parts:
-            report["overhead"] = overhead(spark, args, work, errors)
-        if "latency" in args.parts and not errors:
-            report["latency"] = latency(spark, args, work, errors)
-    finally:
-        spark.stop()
-    if errors:  # the outputs were removed; the input stays in ``work`` to reproduce it
-        return emit({"error": "wrong output", "failures": errors, "work": str(work.path)})
-    result = {
-        "machine": record.machine(spark_version, shuffle_partitions=2),
-        **report,
-        "notes": NOTES,
-    }
+    with spark_session("flamestream-spark-barrier") as spark:
+        spark_version, report = spark.version, run_parts(spark, args, work)
+    if "error" in report:
+        return emit(report)
+    machine = record.machine(spark_version, shuffle_partitions=2)
+    result = {"machine": machine, **report, "notes": NOTES}
     if "overhead" in report:
         result["ratios"] = ratios = report["overhead"]["ratios"]
         result["targets_met"] = {name: ratio <= TARGET_RATIO for name, ratio in ratios.items()}
@@ -402,50 +469,29 @@ NOTES = [
     "overhead: " + TIMING_NOTE + " The variants' order is rotated every round. "
     "rows_per_second counts input lines. ratio = barrier seconds / no-barrier (json) seconds, "
     "steady_ratio the same with steady seconds; target <= 1.15.",
-    "overhead variants, all on the same apply_graph(graph, files front, checkpoint_location=ck) "
-    "DataFrame (ts, front, trace, flags, source, position, sink, value): barrier_tasks / "
-    "barrier_commit = the flamestream files sink, format json, release tasks / commit "
-    "(min-time from the offset log, rows below it sorted by global time, invalidated "
-    "versions dropped, released once per batch; release=commit stages every row as Arrow and "
-    "the driver's commit writes the batch as one file); json = Spark's built-in JSON file "
-    "sink (exactly once through its _spark_metadata log, no min-time, no order); noop = the "
-    "graph alone, rows counted with DataFrame.observe. Beside the barrier's own work the "
-    "ratio includes that the flamestream sink is a Python data source: its rows go JVM -> "
-    "Arrow -> a Python worker and are rendered to JSON there, while Spark's sink writes from "
-    "the JVM.",
-    "overhead check (every run, warm-up included): the output read back (trace hex from "
-    "flamestream, base64 from Spark) must have the row count and crc32 sum of values Python "
-    "computes for the corpus (word count: one 'word=n' row per word occurrence, n = 1 .. "
-    "count; chain: benchmarks.lib.workloads.chain_expected), and all variants the same crc32 "
-    "sum over every column but ts (the planning wall clock). Else an error JSON and exit 1.",
-    "latency pipeline: generator front (2 partitions = 2 fronts, 100 keys) -> "
-    "apply_graph(graph, payload='key', checkpoint_location=ck) -> flamestream files sink "
-    "(JSON, --release) with Trigger.ProcessingTime(--trigger).",
-    "max sustainable rate: probes of the same pipeline fed from a backlog (rowsPerSecond 0) "
-    "with maxRecordsPerTrigger = N, 4 N, 16 N ... until a probe's batches take twice as long "
-    "as the first's (at most --probes; batches_doubled says whether they did); a probe's "
-    "rate = its rows per batch / the median triggerExecution of its batches after the first. "
-    "The max sustainable rate is the best probe rate: measured, not extrapolated. fit: "
-    "seconds = a + b * rows through the probes, for reference; 1 / b is the asymptote (too "
-    "noisy on a busy machine to run at). Once batches doubled, the best probe rate is at "
-    "least half of 1 / b.",
-    "latency run: rowsPerSecond = half the max rate, totalRows = rate * (settle + duration), "
-    "stopped once its progress shows every row processed (bounded by --timeout). Measured: "
-    "the rows admitted after the first --settle seconds from start().",
-    "admission: when the front planned the row's batch, i.e. when the row got its global "
-    "time: ts = base + (position - start of its range), base = max(the driver's wall clock "
-    "in microseconds at planning, previous horizon), checked for every row against the offset "
-    "log (read through flamestream's QueryCheckpoint / front_offsets); clamped_batches: "
-    "batches whose base was the previous horizon rather than the clock (0 expected). "
-    "latency_ms measures from base; latency_from_ts_ms from ts itself.",
-    "release: the ctime of part-<batch>-<partition>.jsonl, set by the rename in the sink's "
-    "commit. A poller also records when it first lists each file (every 10 ms): "
-    "release_seen_by_poller_after_ctime_ms is the cross-check. One host clock for all.",
-    "latency_from_generation_ms (for reference): from when the generator made the record "
-    "available (clock start + (i + 1) * partitions / rate, the clock start bracketed from "
-    "every batch's base and positions) to its release; it adds the wait for the next planning.",
-    "kept_up: every row was processed before the deadline and the batches of the second half "
-    "of the measured window took at most 1.25 x as long (median) as those of the first half.",
+    "overhead variants: the same apply_graph(graph, files front) DataFrame written by the "
+    "flamestream files sink (JSON, release tasks / commit), Spark's JSON file sink (no "
+    "barrier) and noop (rows counted with DataFrame.observe); see docs/benchmarks.md.",
+    "overhead check (every run, warm-ups included): the output read back must have the row "
+    "count and crc32 sum of values Python computes for the corpus, and all variants the same "
+    "crc32 sum over every column but ts (trace as hex). Else an error JSON and exit 1.",
+    "latency pipeline: generator front (2 partitions, 100 keys) -> apply_graph(graph, "
+    "payload='key') -> flamestream files sink (JSON, --release), ProcessingTime(--trigger).",
+    "max sustainable rate: backlog probes (rowsPerSecond 0) with maxRecordsPerTrigger N, "
+    "K N, K^2 N ... until a probe's batches take twice as long as the first's (at most "
+    "--probes; batches_doubled); a probe's rate = rows per batch / the median "
+    "triggerExecution of its batches after the first; the best probe rate, measured. fit: "
+    "seconds = a + b * rows, for reference.",
+    "latency run: rowsPerSecond = half the max rate for --settle + --duration seconds; "
+    "measured: the rows admitted after --settle. Admission: the planning of the row's batch, "
+    "ts = base + (position - start), checked for every row against the offset log "
+    "(clamped_batches: base = the previous horizon, 0 expected); latency_from_ts_ms from ts. "
+    "Release: the ctime of the row's part file (the commit's rename), cross-checked by a "
+    "10 ms poller (release_seen_by_poller_after_ctime_ms).",
+    "latency_from_generation_ms: from when the generator made the record available (its "
+    "clock start bracketed from the batches' bases and positions) to its release.",
+    "kept_up: every row processed before the deadline, and the second half of the window's "
+    "batches took at most 1.25 x as long (median) as the first half's.",
 ]
 
 

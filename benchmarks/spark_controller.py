@@ -1,20 +1,16 @@
 """Controller benchmark: a 10x input-rate step, the admission controller against fixed read limits.
 
-One SparkSession (``local[2]``, 2 shuffle partitions, the JVM shim on when its jar is
-installed: the controller's progress input). Prints one JSON object::
+The generator pipeline (:mod:`benchmarks.lib.pipeline`, ``rateSteps`` ``0:R,S:F*R``) into the
+word count. Variants, one after another, each into a fresh checkpoint: ``controller``,
+``fixed-<rows>`` (``maxRecordsPerTrigger``: K x the steady batch after the step, per
+``--fixed`` K) and ``nolimit``. Backlog probes give ``seconds = a + b * rows``; without
+``--rate``, ``F * R`` is ``--load`` x the highest rate batches of ``target / 2`` keep up with.
+Measured from the checkpoint alone; see docs/benchmarks.md. Prints one JSON object::
 
     python -m benchmarks.spark_controller [--rate R] [--factor F] [--before S] [--after S]
         [--drain S] [--settle S] [--target-ms T] [--fixed K ...] [--variants ...]
         [--release tasks|commit] [--probe-rows N N] [--probe-batches B] [--load X]
         [--timeout S] [--work DIR]
-
-Pipeline (:mod:`benchmarks.lib.pipeline`): generator front (``rateSteps`` ``0:R,S:F*R``) ->
-word count -> files sink, ``Trigger.ProcessingTime(0)``. Variants, one after another, each
-into a fresh checkpoint: ``controller`` (``controller=on``, ``targetLatencyMs``),
-``fixed-<rows>`` (``maxRecordsPerTrigger``: K x the steady batch after the step, for each
-``--fixed`` K) and ``nolimit``. First a warm-up and two backlog probes give ``seconds = a + b
-* rows``; without ``--rate``, ``F * R`` is ``--load`` x the highest rate at which batches of
-``target / 2`` keep up. Everything is measured from the checkpoint alone: see ``NOTES``.
 """
 
 from __future__ import annotations
@@ -23,7 +19,6 @@ import argparse
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -167,16 +162,66 @@ def plan(
     return schedule, variants, report
 
 
+def run_variants(
+    starter: Any, work: cli.Workdir, schedule: Schedule, variants: dict[str, Any], args: Any
+) -> dict[str, Any]:
+    """Each variant in the order --variants gives (the first meets the least warm JVM)."""
+    limit = args.before + args.after + args.drain
+    results: dict[str, Any] = {}
+    for name in sorted(variants, key=lambda n: args.variants.index(n.split("-")[0])):
+        options = {k: v for k, v in variants[name].items() if k != "fixed"}
+        entry: dict[str, Any] = {"options": {k: str(v) for k, v in options.items()}}
+        if "fixed" in variants[name]:
+            entry["fixed"] = variants[name]["fixed"]
+        front = {"rateSteps": schedule.option, "totalRows": schedule.total, **options}
+
+        def run(out: Path, ck: Path, front: dict[str, Any] = front) -> dict[str, Any]:
+            watched = pipeline.run(starter, front, out, ck, limit, args.timeout)
+            return analyse(checkpoint.read(ck), schedule, watched, args)
+
+        results[name] = pipeline.run_variant(work, name, entry, run)
+    return results
+
+
+def summary(results: dict[str, Any], schedule: Schedule, args: Any) -> dict[str, Any]:
+    """The pipeline, the input, p99s and ratios, around the variants' results."""
+    p99 = {name: r["latency_ms"]["p99"] for name, r in results.items() if r.get("latency_ms")}
+    fixed_p99 = {n: v for n, v in p99.items() if n.startswith("fixed-")}
+    ratios: dict[str, Any] = {}
+    if "controller" in p99 and fixed_p99:
+        best = min(fixed_p99, key=lambda n: fixed_p99[n])
+        ratios["best_fixed"] = best
+        ratios["p99_controller_vs_best_fixed"] = round(p99["controller"] / p99[best], 3)
+    if "controller" in p99 and "nolimit" in p99:
+        ratios["p99_controller_vs_nolimit"] = round(p99["controller"] / p99["nolimit"], 3)
+    return {
+        "pipeline": pipeline.report(args.release, keys=GENERATOR_KEYS),
+        "input": {
+            "rate_steps": schedule.option,
+            "rows_per_second_before": schedule.steps[0][1],
+            "rows_per_second_after": schedule.steps[1][1],
+            "step_at_seconds": args.before,
+            "input_seconds": args.before + args.after,
+            "total_rows": schedule.total,
+            "drain_seconds": args.drain,
+            "settle_seconds": args.settle,
+        },
+        "target_latency_ms": args.target_ms,
+        "p99_ms": p99,
+        "ratios": ratios,
+        "variants": results,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     """Probe, run the variants, analyse each checkpoint, print JSON."""
     args = arguments(argv)
     work, record, spark, shim = pipeline.setup("controller", args.work)
-    start = partial(pipeline.start, spark, release=args.release)
 
     def starter(front: Mapping[str, Any], out: Path, ck: Path) -> Any:
-        return start({"keys": GENERATOR_KEYS, **front}, out, ck)
+        front = {"keys": GENERATOR_KEYS, **front}
+        return pipeline.start(spark, front, out, ck, release=args.release)
 
-    report: dict[str, Any] = {}
     try:
         spark_version = spark.version
         # the session's first query pays the JVM's and Python workers' warm-up: not timed
@@ -186,72 +231,26 @@ def main(argv: list[str] | None = None) -> int:
             for n in args.probe_rows
         ]
         schedule, variants, probe = plan(args, probes)
-        report["probe"] = {"warmup_batch_seconds": warmup["batch_seconds"], **probe}
-        limit = args.before + args.after + args.drain
-        results: dict[str, Any] = {}
-        # run in the order --variants gives (the first variant meets the least warm JVM)
-        ordered = sorted(variants, key=lambda n: args.variants.index(n.split("-")[0]))
-        for name in ordered:
-            options = {k: v for k, v in variants[name].items() if k != "fixed"}
-            entry: dict[str, Any] = {"options": {k: str(v) for k, v in options.items()}}
-            if "fixed" in variants[name]:
-                entry["fixed"] = variants[name]["fixed"]
-            front = {"rateSteps": schedule.option, "totalRows": schedule.total, **options}
-
-            def run(out: Path, ck: Path, front: dict[str, Any] = front) -> dict[str, Any]:
-                watched = pipeline.run(starter, front, out, ck, limit, args.timeout)
-                return analyse(checkpoint.read(ck), schedule, watched, args)
-
-            results[name] = pipeline.run_variant(work, name, entry, run)
-        p99 = {name: r["latency_ms"]["p99"] for name, r in results.items() if r.get("latency_ms")}
-        fixed_p99 = {n: v for n, v in p99.items() if n.startswith("fixed-")}
-        ratios: dict[str, Any] = {}
-        if "controller" in p99 and fixed_p99:
-            best = min(fixed_p99, key=lambda n: fixed_p99[n])
-            ratios["best_fixed"] = best
-            ratios["p99_controller_vs_best_fixed"] = round(p99["controller"] / p99[best], 3)
-        if "controller" in p99 and "nolimit" in p99:
-            ratios["p99_controller_vs_nolimit"] = round(p99["controller"] / p99["nolimit"], 3)
-        steps = schedule.steps
-        report |= {
-            "pipeline": pipeline.report(args.release, keys=GENERATOR_KEYS),
-            "input": {
-                "rate_steps": schedule.option,
-                "rows_per_second_before": steps[0][1],
-                "rows_per_second_after": steps[1][1],
-                "step_at_seconds": args.before,
-                "input_seconds": args.before + args.after,
-                "total_rows": schedule.total,
-                "drain_seconds": args.drain,
-                "settle_seconds": args.settle,
-            },
-            "target_latency_ms": args.target_ms,
-            "p99_ms": p99,
-            "ratios": ratios,
-            "variants": results,
-        }
+        results = run_variants(starter, work, schedule, variants, args)
+        report = {"probe": {"warmup_batch_seconds": warmup["batch_seconds"], **probe}}
+        report |= summary(results, schedule, args)
     finally:
         spark.stop()
     return pipeline.finish(record, spark_version, shim, report, NOTES, work)
 
 
 NOTES = [
-    "input: the generator front's rateSteps '0:R,S:F*R' (rows/s over both partitions; record "
-    "i of a partition is available once the schedule's integral reaches (i + 1) * 2); "
-    "totalRows = R * before + F * R * after. Without --rate, R = --load x the highest rate "
-    "at which batches of target/2 keep up, from the probe's fit seconds = a + b * rows "
-    "(backlog probes at two batch sizes, median triggerExecution after a first untimed "
-    "batch), divided by F.",
+    "input: rateSteps '0:R,S:F*R' (rows/s over both partitions); totalRows = R * before + "
+    "F * R * after. Without --rate, F * R = --load x the highest rate at which batches of "
+    "target/2 keep up, from the fit seconds = a + b * rows of two backlog probes.",
     "fixed variants: maxRecordsPerTrigger = K x the steady batch after the step without a "
-    "limit (rows = F * R * (a + b * rows)), two significant digits: below 1 x it cannot keep "
-    "up after the step; above it the limit only binds on a backlog.",
-    "controller variant: controller=on, targetLatencyMs = --target-ms, minRecordsPerTrigger "
-    "= R * target/2 / 4, maxRecordsPerTrigger = 16 x the larger of the steady batch after "
-    "the step and F * R * target/2 (the first limit: the controller's default).",
+    "limit (rows = F * R * (a + b * rows)), two significant digits. controller: "
+    "controller=on, targetLatencyMs, minRecordsPerTrigger = R * target/2 / 4, "
+    "maxRecordsPerTrigger = 16 x max(steady batch, F * R * target/2).",
     *latency.NOTES,
-    "clock.offsets0_mtime_after_batch0_planning_ms: offsets/0's mtime, written after the "
-    "planning, for comparison with the clock start. controller.decisions_after_step: the "
-    "record's decision count at the last batch minus at the last batch planned before the step.",
+    "clock.offsets0_mtime_after_batch0_planning_ms: offsets/0's mtime after batch 0's "
+    "planning. controller.decisions_after_step: decisions at the last batch minus at the "
+    "last batch planned before the step.",
     "ratios: p99 (latency_ms) of the controller / p99 of the best fixed variant, and / p99 "
     "of nolimit.",
 ]

@@ -1,24 +1,19 @@
 """Spark Kafka benchmark: the flamestream kafka front vs Spark's built-in Kafka source.
 
-One real broker (:class:`flamestream.testing.kafka.KafkaBroker`), one topic of ``--partitions``
-partitions holding ``--records`` records, one SparkSession (``local[2]``). Both fronts read
-the whole topic with ``Trigger.AvailableNow`` into the ``noop`` sink, so the front is what
-differs; the cases interleaved (:func:`benchmarks.lib.timing.interleave`), then one more
-untimed run per case into ``foreachBatch`` must see every record (count, crc32 sums). Prints
+A real broker (:class:`flamestream.testing.kafka.KafkaBroker`), one topic of ``--records``
+records; both fronts read the whole topic (``Trigger.AvailableNow``, ``noop`` sink), the cases
+interleaved, then one more untimed run per case into ``foreachBatch`` must see every record.
+Spark's Kafka connector comes from Maven Central (``spark.jars.packages``), else
+:data:`FALLBACK_CONNECTOR` (said in ``builtin_connector``). See docs/benchmarks.md. Prints
 one JSON object::
 
     python -m benchmarks.spark_kafka [--records N] [--partitions P] [--repeat R]
-        [--warmup W] [--record-bytes B] [--connector COORDINATES]
-
-Spark's Kafka source is not bundled with PySpark: ``spark.jars.packages`` pulls
-``org.apache.spark:spark-sql-kafka-0-10_<scala>:<pyspark version>`` from Maven Central (ivy
-caches it in ``~/.ivy2*``). When that release cannot be resolved there, the run falls back
-to :data:`FALLBACK_CONNECTOR` and says so in the JSON (``builtin_connector``).
+        [--warmup W] [--record-bytes B] [--connector COORDINATES] [--no-fallback]
 """
 
 from __future__ import annotations
 
-import os
+import argparse
 import re
 import sys
 import time
@@ -33,7 +28,7 @@ from typing import Any
 from benchmarks.lib import cli
 from benchmarks.lib.record import emit, machine
 from benchmarks.lib.session import local_spark
-from benchmarks.lib.timing import TIMING_NOTE, interleave, run_query, timings
+from benchmarks.lib.timing import TIMING_NOTE, Rounds, interleave, run_query, timings
 from benchmarks.lib.workloads import line
 from flamestream.testing.kafka import KAFKA_VERSION, KafkaBroker
 
@@ -44,6 +39,9 @@ with warnings.catch_warnings():
     )
     import kafka
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+#: flamestream's rows/s over the built-in source's should reach this.
+TARGET = 0.5
 
 #: Bytes of every record's key: ``index`` in ten digits.
 KEY_BYTES = 10
@@ -173,8 +171,8 @@ def crc32c_implementation() -> str:
     return "c" if getattr(util, "crc32c_c", None) is not None else "python"
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Start a broker, fill a topic, run both cases, check them, print JSON."""
+def arguments(argv: list[str] | None) -> argparse.Namespace:
+    """The topic, the records and the connector."""
     parser = cli.parser(__doc__, timeout=1800.0)
     cli.flag(parser, "--records", 1_000_000)
     cli.flag(parser, "--partitions", 4)
@@ -184,96 +182,111 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-fallback", action="store_true", help="fail if --connector cannot be resolved"
     )
-    args = parser.parse_args(argv)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    import pyspark
-    from pyspark.sql import functions as F
+    return parser.parse_args(argv)
 
-    requested = (
-        args.connector or f"{CONNECTOR_ARTIFACT}_{scala_binary_version()}:{pyspark.__version__}"
-    )
-    work = cli.Workdir(args.work, "flamestream-bench-kafka-")
-    topic = f"bench-{uuid.uuid4().hex[:12]}"
-    broker = KafkaBroker()
-    spark = None
-    try:
-        broker.start()
-        servers = broker.bootstrap_servers
-        broker.create_topic(topic, partitions=args.partitions)
-        produce_seconds, expected = produce(
-            servers, topic, args.records, args.partitions, args.record_bytes
-        )
-        spark, connector, fallback_reason = start_spark_with_connector(
-            requested, not args.no_fallback
-        )
-        spark_version = spark.version
 
-        def source(fmt: str) -> Any:
-            reader = spark.readStream.format(fmt)
+#: The cases and the format each reads with.
+CASES = {"flamestream": "flamestream", "builtin": "kafka"}
+
+
+@dataclass
+class Measured:
+    """What a run measured: production, the connector used, the timed rounds, the checks."""
+
+    produce_seconds: float
+    expected: Check
+    connector: dict[str, str]
+    fallback_reason: str | None
+    spark_version: str
+    rounds: Rounds[str]
+    checks: dict[str, Check]
+
+
+class Reads:
+    """The cases' queries over one topic."""
+
+    def __init__(self, spark: Any, servers: str, topic: str, work: cli.Workdir) -> None:
+        self.spark, self.servers, self.topic, self.work = spark, servers, topic, work
+
+    def define(self, fmt: str, sink: Any = None) -> Callable[[Path, Path], Any]:
+        """The whole topic, read with ``fmt``, to ``noop`` (or ``foreachBatch(sink)``)."""
+
+        def writer(_out: Path, ck: Path) -> Any:
+            reader = self.spark.readStream.format(fmt)
             if fmt == "flamestream":
                 reader = reader.option("front", "kafka")
-            reader = reader.option("kafka.bootstrap.servers", servers).option("subscribe", topic)
-            return reader.option("startingOffsets", "earliest").load()
+            reader = reader.option("kafka.bootstrap.servers", self.servers)
+            reader = reader.option("subscribe", self.topic).option("startingOffsets", "earliest")
+            stream = reader.load().writeStream
+            stream = stream.foreachBatch(sink) if sink else stream.format("noop")
+            return stream.option("checkpointLocation", str(ck)).trigger(availableNow=True)
 
-        def define(
-            fmt: str, sink: Callable[[Any, int], None] | None = None
-        ) -> Callable[[Path, Path], Any]:
-            def writer(_out: Path, ck: Path) -> Any:
-                stream = source(fmt).writeStream
-                stream = stream.foreachBatch(sink) if sink else stream.format("noop")
-                return stream.option("checkpointLocation", str(ck)).trigger(availableNow=True)
+        return writer
 
-            return writer
+    def checked(self, fmt: str, timeout: float) -> Check:
+        """Run the case once more into foreachBatch, summing what each batch read."""
+        from pyspark.sql import functions as F
 
-        def checked(fmt: str) -> Check:
-            """Run the case once more into foreachBatch, summing what each batch read."""
-            totals = [0, 0, 0]
+        totals = [0, 0, 0]
 
-            def add(batch: Any, _batch_id: int) -> None:
-                sums = (F.sum(F.crc32(F.col("key"))), F.sum(F.crc32(F.col("value"))))
-                row = batch.agg(F.count(F.lit(1)), *sums).first()
-                for i in range(3):
-                    totals[i] += int(row[i] or 0)
+        def add(batch: Any, _batch_id: int) -> None:
+            sums = (F.sum(F.crc32(F.col("key"))), F.sum(F.crc32(F.col("value"))))
+            row = batch.agg(F.count(F.lit(1)), *sums).first()
+            for i in range(3):
+                totals[i] += int(row[i] or 0)
 
-            run_query(lambda: define(fmt, add)(*work.fresh()), args.timeout)
-            return Check(*totals)
+        run_query(lambda: self.define(fmt, add)(*self.work.fresh()), timeout)
+        return Check(*totals)
 
-        cases = {"flamestream": "flamestream", "builtin": "kafka"}
-        rounds = interleave({case: define(fmt) for case, fmt in cases.items()}, work, args)
-        checks = {case: checked(fmt) for case, fmt in cases.items()}
+
+def measure(args: argparse.Namespace, requested: str, work: cli.Workdir) -> Measured:
+    """Start a broker, fill a topic, time both cases interleaved, check each once more."""
+    topic, broker, spark = f"bench-{uuid.uuid4().hex[:12]}", KafkaBroker(), None
+    try:
+        broker.start()
+        broker.create_topic(topic, partitions=args.partitions)
+        servers = broker.bootstrap_servers
+        produced = produce(servers, topic, args.records, args.partitions, args.record_bytes)
+        spark, connector, reason = start_spark_with_connector(requested, not args.no_fallback)
+        reads = Reads(spark, servers, topic, work)
+        rounds = interleave({case: reads.define(fmt) for case, fmt in CASES.items()}, work, args)
+        checks = {case: reads.checked(fmt, args.timeout) for case, fmt in CASES.items()}
+        return Measured(*produced, connector, reason, spark.version, rounds, checks)
     finally:
         if spark is not None:
             spark.stop()
         broker.stop()
         work.close()
-    read_counts = {case: sorted({r.rows for r in done}) for case, done in rounds.runs.items()}
-    if any(c != expected for c in checks.values()) or any(
+
+
+def analyse(args: argparse.Namespace, requested: str, m: Measured) -> dict[str, Any]:
+    """Timings, ratios and the checks; an error unless every case read every record."""
+    read_counts = {case: sorted({r.rows for r in done}) for case, done in m.rounds.runs.items()}
+    checks = {case: c.__dict__ for case, c in m.checks.items()}
+    if any(c != m.expected for c in m.checks.values()) or any(
         n != [args.records] for n in read_counts.values()
     ):
-        return emit(
-            {
-                "error": "a case did not read exactly the produced records "
-                "(count, crc32 sums of the keys and the values)",
-                "expected": expected.__dict__,
-                "checked": {case: c.__dict__ for case, c in checks.items()},
-                "timed_runs_rows": read_counts,
-            }
-        )
-    timed = timings(args.records, rounds.runs, rounds.warmups)
+        return {
+            "error": "a case did not read exactly the produced records "
+            "(count, crc32 sums of the keys and the values)",
+            "expected": m.expected.__dict__,
+            "checked": checks,
+            "timed_runs_rows": read_counts,
+        }
+    timed = timings(args.records, m.rounds.runs, m.rounds.warmups)
     ratio = timed.rate["flamestream"] / timed.rate["builtin"]
     steady_ratio = timed.steady["flamestream"] / timed.steady["builtin"]
-    target = 0.5
-    report = {
+    return {
         "machine": machine(
-            spark_version,
+            m.spark_version,
             kafka_broker=KAFKA_VERSION,
             kafka_python=kafka.__version__,
             kafka_python_crc32c=crc32c_implementation(),
         ),
         "builtin_connector": {
             "requested": requested,
-            "used": connector,
-            "fallback_reason": fallback_reason,
+            "used": m.connector,
+            "fallback_reason": m.fallback_reason,
         },
         "input": {
             "records": args.records,
@@ -283,55 +296,58 @@ def main(argv: list[str] | None = None) -> int:
             "payload_bytes": args.records * (KEY_BYTES + args.record_bytes),
         },
         "production": {
-            "seconds": round(produce_seconds, 3),
-            "records_per_second": round(args.records / produce_seconds),
+            "seconds": round(m.produce_seconds, 3),
+            "records_per_second": round(args.records / m.produce_seconds),
         },
         **timed.report,
         "durations_last_run_seconds": {
             case: {name: round(s, 3) for name, s in sorted(done[-1].durations.items())}
-            for case, done in rounds.runs.items()
+            for case, done in m.rounds.runs.items()
         },
-        "check": {"expected": expected.__dict__, **{c: v.__dict__ for c, v in checks.items()}},
+        "check": {"expected": m.expected.__dict__, **checks},
         "ratios": {
             "flamestream_vs_builtin_rows_per_second": round(ratio, 3),
             "flamestream_vs_builtin_steady_rows_per_second": round(steady_ratio, 3),
         },
         "target": {
-            "flamestream_vs_builtin_rows_per_second": target,
-            "met": ratio >= target,
-            "steady_met": steady_ratio >= target,
+            "flamestream_vs_builtin_rows_per_second": TARGET,
+            "met": ratio >= TARGET,
+            "steady_met": steady_ratio >= TARGET,
         },
         "notes": NOTES,
     }
-    return emit(report)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Start a broker, fill a topic, run both cases, check them, print JSON."""
+    args = arguments(argv)
+    import pyspark
+
+    scala = scala_binary_version()
+    requested = args.connector or f"{CONNECTOR_ARTIFACT}_{scala}:{pyspark.__version__}"
+    work = cli.Workdir(args.work, "flamestream-bench-kafka-")
+    return emit(analyse(args, requested, measure(args, requested, work)))
 
 
 NOTES = [
     TIMING_NOTE + " Over the whole topic: no maxOffsetsPerTrigger, startingOffsets earliest. "
     "Both write to the noop sink, so the front is what differs.",
     "phases_median_seconds: start_to_first_batch is start() to the first batch's trigger "
-    "timestamp; add_batch is Spark's addBatch summed over batches (the read tasks and the "
-    "noop write); trigger_execution the whole triggers; after_last_batch what the wall time "
-    "holds beyond those (query shutdown). durations_last_run_seconds: every durationMs of the "
-    "last timed run, summed over its batches, in seconds.",
-    "flamestream: format('flamestream') front 'kafka' (kafka-python consumers, one read task "
-    "per topic-partition, records as Arrow batches with the global-time columns ts, front, "
-    "source, position and key, value, topic, partition, timestamp; isolationLevel "
-    "read_committed, its default).",
-    "builtin: format('kafka'), Spark's Kafka source (Java client, one task per "
-    "topic-partition, pooled consumers; kafka.isolation.level read_uncommitted, its default). "
-    "The producer is not transactional, so both isolation levels read the same records.",
-    "check: one more untimed run per case into foreachBatch (count, sum of crc32(key), sum of "
-    "crc32(value) per batch); both must equal what was produced, else the benchmark prints an "
-    "error and exits 1. Every timed run must also report exactly the produced input rows.",
-    "production: kafka-python KafkaProducer (acks=1, linger 20 ms, 1 MiB batches), records "
-    "round robin over the partitions, flushed once; the seconds include making the records and "
-    "summing their crc32 for the check; not part of any ratio. Keys are the index in 10 "
-    "digits, values benchmarks.lib.workloads.line(index) cut or extended to value_bytes.",
-    "machine.kafka_python_crc32c: kafka-python checks the CRC32C of every record batch it "
-    "reads (and computes it for every batch it produces) with the optional `crc32c` C "
-    "extension when that is installed ('c'), else in pure Python ('python'), which then "
-    "dominates the flamestream front's read time and the production time.",
+    "timestamp; add_batch Spark's addBatch summed over batches (the read tasks and the noop "
+    "write); after_last_batch the wall time beyond the triggers (query shutdown). "
+    "durations_last_run_seconds: every durationMs of the last timed run, summed, in seconds.",
+    "flamestream: front 'kafka' (kafka-python consumers, one read task per topic-partition, "
+    "isolationLevel read_committed); builtin: format('kafka') (Java client, "
+    "read_uncommitted). The producer is not transactional: both read the same records.",
+    "check: one more untimed run per case into foreachBatch (count, sums of crc32(key) and "
+    "crc32(value)) must equal what was produced, and every timed run report exactly the "
+    "produced rows; else an error JSON and exit 1.",
+    "production: KafkaProducer (acks=1, linger 20 ms, 1 MiB batches), round robin over the "
+    "partitions; its seconds include making the records and their crc32 sums. Keys: the "
+    "index in 10 digits; values: benchmarks.lib.workloads.line(index) cut to value_bytes.",
+    "machine.kafka_python_crc32c: 'c' when kafka-python checks record batches' CRC32C with "
+    "the crc32c extension, 'python' when in pure Python (which then dominates the "
+    "flamestream front's read time and the production time).",
 ]
 
 

@@ -1,22 +1,17 @@
 """Skew benchmark: a hot-key-range skew step, elastic key layouts against a fixed partitioning.
 
-One SparkSession (``local[2]``, 2 shuffle partitions, the JVM shim on when its jar is
-installed: per-task metrics of the keyed stage). Prints one JSON object::
+The generator pipeline (:mod:`benchmarks.lib.pipeline`) at a constant rate, its keys uniform
+until a step and Zipf-distributed from it, into a word count of 2 keyed partitions. Variants,
+one after another, each into a fresh checkpoint: ``fixed`` (hash partitioned), ``elastic``
+(layouts move key ranges between partitions) and ``elastic+controller`` (plus the front's
+controller). Without ``--rate`` the rate comes from backlog probes (:func:`choose_rate`).
+Measured from the checkpoint and the output alone; see docs/benchmarks.md. Prints one JSON
+object::
 
     python -m benchmarks.spark_skew [--rate R] [--exponent S] [--keys K] [--before S]
         [--after S] [--drain S] [--settle S] [--target-ms T] [--variants ...]
         [--probe-rows N N] [--probe-batches B] [--load X] [--stress X] [--timeout S]
         [--work DIR]
-
-Pipeline (:mod:`benchmarks.lib.pipeline`): generator front (``keys`` keys, constant
-``rowsPerSecond`` R, ``skewSteps`` ``0:0,N:S``: uniform keys until record N = R/2 x
-``before`` of a partition, Zipf S from it) -> word count (``partitions=2``, ``elastic=...``)
--> files sink, ``Trigger.ProcessingTime(0)``. Variants, one after another, each into a fresh
-checkpoint: ``fixed`` (hash partitioned), ``elastic`` (the control channel moves key ranges
-between the keyed partitions) and ``elastic+controller`` (plus the front's controller).
-First warm-up queries and backlog probes; without ``--rate``, R is chosen so that every
-variant keeps up before the step and the fixed one is pushed past the budget after it
-(:func:`choose_rate`). Everything is measured from the checkpoint and the output alone.
 """
 
 from __future__ import annotations
@@ -166,6 +161,60 @@ def check_output(out: Path, data: Input) -> dict[str, Any]:
     }
 
 
+def keyed_loads(
+    found: latency.Timeline, ck: checkpoint.Checkpoint, data: Input, elastic: bool
+) -> None:
+    """Per batch the keyed items per partition (its records' keys, its layout), decisions."""
+    from flamestream.spark.control.key_layout import Layout
+
+    batches = {b.id: b for b in ck.batches}
+    by_assignment: dict[tuple[int, ...], list[int]] = {(): key_partitions(data.key_count, None)}
+    for b in found.per_batch:
+        batch, layout = batches[b["batch"]], ck.layouts.get(b["batch"])
+        assignment: tuple[int, ...] = ()
+        if elastic:  # no control line: the default layout (never expected)
+            default = Layout.default(KEY_PARTITIONS).assignment
+            assignment = tuple(layout["assignment"] if layout else default)
+        if assignment not in by_assignment:
+            by_assignment[assignment] = key_partitions(data.key_count, assignment)
+        b["loads"] = [0] * KEY_PARTITIONS
+        for key, end in batch.ends.items():
+            for k, n in Counter(data.keys[key][batch.starts[key] : end]).items():
+                b["loads"][by_assignment[assignment][k]] += n
+        b["decisions"] = int((layout or {}).get("decisions", 0))
+
+
+def hot_share(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The hot keyed partition's share of the batches' items."""
+    shares = [max(b["loads"]) / sum(b["loads"]) for b in rows if sum(b["loads"])]
+    if not shares:
+        return {"batches": 0}
+    return {
+        "batches": len(shares),
+        "median": round(statistics.median(shares), 3),
+        "max": round(max(shares), 3),
+        "items_hot_partition_median": round(statistics.median(max(b["loads"]) for b in rows)),
+    }
+
+
+def describe(b: dict[str, Any], tasks: list[list[int]] | None, elastic: bool) -> str:
+    """A batch in one line, with its keyed items, its measured tasks and decisions."""
+    measured = ""
+    if tasks:
+        measured = " [" + ", ".join(f"p{t[0]} {t[2]} in {t[1]} ms" for t in sorted(tasks)) + "]"
+    extra = [f"keyed items {'/'.join(map(str, b['loads']))}{measured}"]
+    extra += [f"decisions {b['decisions']}"] if elastic else []
+    return latency.describe(b, *extra, mark=" skewed" if b["skewed"] else "")
+
+
+def medians(field: str, digits: int | None, *phases: list[dict[str, Any]]) -> list[float | None]:
+    """The median ``field`` of each phase's batches (None: no batch)."""
+    return [
+        round(statistics.median(b[field] for b in rows), digits) if rows else None
+        for rows in phases
+    ]
+
+
 def analyse(
     ck: checkpoint.Checkpoint,
     watched: Watched,
@@ -174,9 +223,6 @@ def analyse(
     args: argparse.Namespace,
 ) -> dict[str, Any]:
     """Per record: availability and release; latency, backlog, recovery, layouts, loads."""
-    from flamestream.spark.control.key_layout import Layout
-
-    batches = {b.id: b for b in ck.batches}
     found = latency.timeline(
         ck.batches,
         latency.ConstantRate(data.rate),
@@ -185,65 +231,24 @@ def analyse(
         args.settle,
         lambda i, _: i >= data.step_record,
     )
-    by_assignment: dict[tuple[int, ...], list[int]] = {(): key_partitions(data.key_count, None)}
-    for b in found.per_batch:  # keyed items per partition: the records' keys, the batch's layout
-        batch, layout = batches[b["batch"]], ck.layouts.get(b["batch"])
-        assignment: tuple[int, ...] = ()
-        if elastic:  # no control line: the default layout (never expected)
-            assignment = tuple(
-                layout["assignment"] if layout else Layout.default(KEY_PARTITIONS).assignment
-            )
-        if assignment not in by_assignment:
-            by_assignment[assignment] = key_partitions(data.key_count, assignment)
-        b["loads"] = [0] * KEY_PARTITIONS
-        for key, end in batch.ends.items():
-            for k, n in Counter(data.keys[key][batch.starts[key] : end]).items():
-                b["loads"][by_assignment[assignment][k]] += n
-        b["decisions"] = int((layout or {}).get("decisions", 0))
+    keyed_loads(found, ck, data, elastic)
     # "after the step": batches that read skewed records (the first one straddles the step)
     after = [b for b in found.per_batch if b["skewed"]]
     before = [b for b in found.per_batch if not b["skewed"]]
-
-    def hot_share(rows: list[dict[str, Any]]) -> dict[str, Any]:
-        shares = [max(b["loads"]) / sum(b["loads"]) for b in rows if sum(b["loads"])]
-        if not shares:
-            return {"batches": 0}
-        return {
-            "batches": len(shares),
-            "median": round(statistics.median(shares), 3),
-            "max": round(max(shares), 3),
-            "items_hot_partition_median": round(statistics.median(max(b["loads"]) for b in rows)),
-        }
-
-    def describe(b: dict[str, Any]) -> str:
-        tasks = watched.tasks.get(b["batch"])
-        measured = (
-            " [" + ", ".join(f"p{t[0]} {t[2]} in {t[1]} ms" for t in sorted(tasks)) + "]"
-            if tasks
-            else ""
-        )
-        extra = [f"keyed items {'/'.join(map(str, b['loads']))}{measured}"]
-        extra += [f"decisions {b['decisions']}"] if elastic else []
-        return latency.describe(b, *extra, mark=" skewed" if b["skewed"] else "")
-
-    def medians(field: str, digits: int | None) -> list[float | None]:
-        return [
-            round(statistics.median(b[field] for b in rows), digits) if rows else None
-            for rows in (before, after)
-        ]
-
     result: dict[str, Any] = {
         **latency.recovery(found, after, args.target_ms, args.before),
         "finished": watched.finished,
         "batches_without_rows": len(ck.batches) - len(found.per_batch),
         "batches_before_step": len(before),
         "batches_after_step": len(after),
-        "batch_seconds_median_before_after": medians("seconds", 3),
-        "batch_rows_median_before_after": medians("rows", None),
+        "batch_seconds_median_before_after": medians("seconds", 3, before, after),
+        "batch_rows_median_before_after": medians("rows", None, before, after),
         "hot_partition_share_before_step": hot_share(before),
         "hot_partition_share_after_step": hot_share(after),
         "keyed_tasks_after_step": task_summary(watched.tasks, after),
-        "around_step": latency.around(found.per_batch, after, describe),
+        "around_step": latency.around(
+            found.per_batch, after, lambda b: describe(b, watched.tasks.get(b["batch"]), elastic)
+        ),
         "pending_rows_in_markers": sum(b.pending for b in ck.batches),
         "clock_start_before_batch0_planning_ms": round(found.before_planning * 1000, 3),
         # layout decisions after the step: 0 for the fixed partitioning, which has none
@@ -338,23 +343,26 @@ def choose_rate(
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Probe, run the variants, analyse each checkpoint and output, print JSON."""
-    args = arguments(argv)
-    work, record, spark, shim = pipeline.setup("skew", args.work)
-    from flamestream.jvm import ShimError
+class Skew:
+    """The session's pipeline: its probes, the input, and the variants' runs."""
 
-    common = {"keys": args.keys}
+    def __init__(self, spark: Any, shim: Any, work: cli.Workdir, args: argparse.Namespace):
+        self.spark, self.shim, self.work, self.args = spark, shim, work, args
+        self.per_tick = args.target_ms / 2000  # a record waits one tick to be read, one to run
 
-    def start(front: Mapping[str, Any], out: Path, ck: Path, *, elastic: bool) -> Any:
+    def start(self, front: Mapping[str, Any], out: Path, ck: Path, *, elastic: bool) -> Any:
+        """Start the pipeline (``keys`` keys) with ``front``'s options."""
+        front = {"keys": self.args.keys, **front}
         return pipeline.start(
-            spark, {**common, **front}, out, ck, partitions=KEY_PARTITIONS, elastic=elastic
+            self.spark, front, out, ck, partitions=KEY_PARTITIONS, elastic=elastic
         )
 
-    def poll_tasks(query: Any, watched: Watched) -> None:
+    def poll_tasks(self, query: Any, watched: Watched) -> None:
         """Keep the keyed stage's tasks per batch: the shim only holds recent batches."""
+        from flamestream.jvm import ShimError
+
         try:
-            recent = shim.tasks().get(str(query.id), []) if shim is not None else []
+            recent = self.shim.tasks().get(str(query.id), []) if self.shim is not None else []
         except ShimError:
             return
         for entry in recent:
@@ -362,79 +370,88 @@ def main(argv: list[str] | None = None) -> int:
                 keyed = max(entry["stages"], key=lambda s: int(s["stage"]))
                 watched.tasks[int(entry["batch"])] = keyed["tasks"]
 
-    def probe(batch_rows: int, batches: int, elastic: bool, exponent: float) -> dict[str, Any]:
+    def probe(self, batch_rows: int, batches: int, elastic: bool, exponent: float) -> Any:
         """Median batch seconds at ``batch_rows`` rows per batch, fed from a backlog."""
-        found = pipeline.probe(
-            lambda front, out, ck: start({"keySkew": exponent, **front}, out, ck, elastic=elastic),
-            work,
-            batch_rows,
-            batches,
-            args.timeout,
-        )
+
+        def start(front: Mapping[str, Any], out: Path, ck: Path) -> Any:
+            return self.start({"keySkew": exponent, **front}, out, ck, elastic=elastic)
+
+        found = pipeline.probe(start, self.work, batch_rows, batches, self.args.timeout)
         return {"state": f"{'elastic' if elastic else 'fixed'}, exponent {exponent:g}", **found}
 
-    report: dict[str, Any] = {}
-    try:
-        spark_version = spark.version
-        per_tick = args.target_ms / 2000  # a record waits one tick to be read, one to run
-        small, large = args.probe_rows
+    def rate(self) -> tuple[float, dict[str, Any]]:
+        """Warm-up queries, then (without ``--rate``) the probes and the rate they give."""
+        args, small, large = self.args, *self.args.probe_rows
         # the session's first queries pay the JVM's (JIT) and Python workers' warm-up, which
         # takes a few queries: batches of both graphs at the larger size, not timed
-        warmup = [probe(large, 1, elastic, 0.0) for elastic in (False, True)]
-        report["probe"] = {"warmup_batch_seconds": [w["batch_seconds"][0] for w in warmup]}
+        warmup = [self.probe(large, 1, elastic, 0.0) for elastic in (False, True)]
+        report: dict[str, Any] = {"warmup_batch_seconds": [w["batch_seconds"][0] for w in warmup]}
         if args.rate:
-            rate = args.rate
-            report["probe"]["skipped"] = "--rate given"
-        else:
-            fits = [probe(n, args.probe_batches, False, 0.0) for n in (small, large)]
-            others = {
-                "elastic_uniform": probe(large, args.probe_batches, True, 0.0),
-                "fixed_skewed": probe(large, args.probe_batches, False, args.exponent),
-                "elastic_skewed": probe(large, args.probe_batches, True, args.exponent),
-            }
-            rate, chosen = choose_rate(fits, others, per_tick, args)
-            report["probe"].update(chosen)
+            return args.rate, report | {"skipped": "--rate given"}
+        fits = [self.probe(n, args.probe_batches, False, 0.0) for n in (small, large)]
+        others = {
+            "elastic_uniform": self.probe(large, args.probe_batches, True, 0.0),
+            "fixed_skewed": self.probe(large, args.probe_batches, False, args.exponent),
+            "elastic_skewed": self.probe(large, args.probe_batches, True, args.exponent),
+        }
+        rate, chosen = choose_rate(fits, others, self.per_tick, args)
+        return rate, report | chosen
+
+    def input(self, rate: float) -> tuple[dict[str, Any], Input]:
+        """The front's options at ``rate`` and the input they make."""
+        args = self.args
         step_record = round(rate / GENERATOR_PARTITIONS * args.before)
         total = round(rate * (args.before + args.after))
+        skew = f"0:0,{step_record}:{args.exponent:g}"
+        front = {"rowsPerSecond": rate, "skewSteps": skew, "totalRows": total}
+        options = {"partitions": GENERATOR_PARTITIONS, "keys": args.keys, **front}
         shares = pipeline.shares(total)
-        front = {
-            "rowsPerSecond": rate,
-            "skewSteps": f"0:0,{step_record}:{args.exponent:g}",
-            "totalRows": total,
+        keys = generated_keys({k: str(v) for k, v in options.items()}, shares)
+        return front, Input(rate, step_record, total, shares, keys, args.keys)
+
+    def variants(self, rate: float) -> dict[str, tuple[bool, dict[str, Any]]]:
+        """The variants asked for: elastic or not, and their extra front options."""
+        controller = {
+            "controller": "on",
+            "targetLatencyMs": self.args.target_ms,
+            # what keeps up in a tick of half the budget, / 4; a bound of 16 x that
+            "minRecordsPerTrigger": max(100, round(rate * self.per_tick / 4)),
+            "maxRecordsPerTrigger": max(1000, round(16 * rate * self.per_tick)),
         }
-        options = {
-            k: str(v) for k, v in {"partitions": GENERATOR_PARTITIONS, **common, **front}.items()
-        }
-        data = Input(rate, step_record, total, shares, generated_keys(options, shares), args.keys)
-        variants: dict[str, tuple[bool, dict[str, Any]]] = {
+        every = {
             "fixed": (False, {}),
             "elastic": (True, {}),
+            "elastic+controller": (True, controller),
         }
-        variants["elastic+controller"] = (
-            True,
-            {
-                "controller": "on",
-                "targetLatencyMs": args.target_ms,
-                # what keeps up in a tick of half the budget, / 4; a bound of 16 x that
-                "minRecordsPerTrigger": max(100, round(rate * per_tick / 4)),
-                "maxRecordsPerTrigger": max(1000, round(16 * rate * per_tick)),
-            },
-        )
-        limit = args.before + args.after + args.drain
-        results: dict[str, Any] = {}
-        for name in (n for n in variants if n in args.variants):
-            elastic, extra = variants[name]
+        return {name: every[name] for name in every if name in self.args.variants}
 
-            def run(out: Path, ck: Path, elastic: bool = elastic, extra: Any = extra) -> Any:
-                starter = partial(start, elastic=elastic)
-                front_ = {**front, **extra}
-                watched = pipeline.run(starter, front_, out, ck, limit, args.timeout, poll_tasks)
-                analysed = analyse(checkpoint.read(ck), watched, data, elastic, args)
-                return {**analysed, "output": check_output(out, data)}
+    def run(self, name: str, elastic: bool, extra: dict[str, Any], front: Any, data: Input) -> Any:
+        """One variant: run it, analyse its checkpoint, check its output."""
+        args, limit = self.args, self.args.before + self.args.after + self.args.drain
 
-            entry = {"elastic": elastic, "options": {k: str(v) for k, v in extra.items()}}
-            results[name] = pipeline.run_variant(work, name, entry, run)
-        report |= summary(results, args, front, data)
+        def run(out: Path, ck: Path) -> dict[str, Any]:
+            start = partial(self.start, elastic=elastic)
+            watched = pipeline.run(
+                start, {**front, **extra}, out, ck, limit, args.timeout, self.poll_tasks
+            )
+            analysed = analyse(checkpoint.read(ck), watched, data, elastic, args)
+            return {**analysed, "output": check_output(out, data)}
+
+        entry = {"elastic": elastic, "options": {k: str(v) for k, v in extra.items()}}
+        return pipeline.run_variant(self.work, name, entry, run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Probe, run the variants, analyse each checkpoint and output, print JSON."""
+    args = arguments(argv)
+    work, record, spark, shim = pipeline.setup("skew", args.work)
+    try:
+        spark_version, skew = spark.version, Skew(spark, shim, work, args)
+        rate, probe = skew.rate()
+        front, data = skew.input(rate)
+        variants = skew.variants(rate).items()
+        results = {name: skew.run(name, *variant, front, data) for name, variant in variants}
+        report = {"probe": probe, **summary(results, args, front, data)}
     finally:
         spark.stop()
     return pipeline.finish(record, spark_version, shim, report, NOTES, work)
@@ -482,59 +499,33 @@ def summary(
 
 
 NOTES = [
-    "input: the generator front at a constant rowsPerSecond R over both partitions (record i "
-    "of a partition available once R * t reaches (i + 1) * 2), keys k0..k<keys-1>, skewSteps "
-    "'0:0,N:S': records with per-partition index >= N = R/2 * before draw Zipf S keys, the "
-    "ones before uniform ones; totalRows = R * (before + after). Every record's key is "
-    "computed again here from the front's own code (a pure function of seed, partition, "
-    "index): the keyed loads and the output check use them.",
-    "rate: without --rate, R = min(load x the lowest budget rate of the balanced states "
-    "(fixed and elastic with uniform keys, elastic with the skew after its split), stress x "
-    "the budget rate of the skewed fixed pipeline), two significant digits. A state's budget "
-    "rate: the highest rate at which batches of target/2 keep up, (1 - a / (target/2)) / b, "
-    "with a from the fit seconds = a + b * rows of the fixed pipeline with uniform keys "
-    "(backlog probes at two batch sizes after two warm-up queries, median triggerExecution "
-    "after a first untimed batch) and each other state's b from its median at the larger "
-    "size with the same a. probe.utilization_at_rate: R * b per state; "
-    "fixed_over_budget_after_step_predicted: whether R exceeds the skewed fixed pipeline's "
-    "budget rate. budget_feasible false: a >= target/2; the budget rates are then 0.5 / b.",
+    "input: the generator front at a constant rowsPerSecond R over both partitions, keys "
+    "k0..k<keys-1>, skewSteps '0:0,N:S': records with per-partition index >= N = R/2 * before "
+    "draw Zipf S keys, earlier ones uniform keys; totalRows = R * (before + after). Every "
+    "record's key is computed again from the front's own code for the loads and the check.",
+    "rate: without --rate, R = min(load x the lowest budget rate of fixed and elastic with "
+    "uniform keys and elastic with the skew, stress x the skewed fixed budget rate), two "
+    "significant digits. Budget rate: (1 - a / (target/2)) / b, a from the uniform fixed "
+    "pipeline's fit seconds = a + b * rows (backlog probes at two sizes), every other b from "
+    "its probe at the larger size; budget_feasible false (a >= target/2): 0.5 / b.",
     "hot_partition_share_predicted: the larger keyed partition's share of the items from the "
-    "Zipf shares alone: fixed (Spark's hash partitioning of the encoded keys), "
-    "elastic_default_layout (slot = crc32 mod 8, slot s in partition s mod 2) and "
-    "elastic_after_split (plan_layout's packing of those slot loads); hottest_key: the share "
-    "no layout can split.",
-    "variants: fixed (elastic=False), elastic (elastic=True, the default ElasticPolicy), "
-    "elastic+controller (elastic, and the front's controller=on with targetLatencyMs = "
-    "--target-ms, minRecordsPerTrigger = R * target/2 / 4, maxRecordsPerTrigger = 16 x R * "
-    "target/2), one after another in one session, each into a fresh checkpoint.",
+    "Zipf shares alone: fixed (hash partitioning), elastic_default_layout, "
+    "elastic_after_split (plan_layout's packing); hottest_key: the share no layout splits.",
+    "variants: fixed (elastic=False), elastic, elastic+controller (controller=on, "
+    "targetLatencyMs, minRecordsPerTrigger = R * target/2 / 4, maxRecordsPerTrigger = 16 x "
+    "R * target/2), one after another in one session, each into a fresh checkpoint.",
     *latency.NOTES,
-    "after the step: the batches that read at least one skewed record (index >= N; the first "
-    "straddles the step): latency_after_step_ms, peak_backlog_after_step and the recovery "
-    "figures are over those.",
-    "keyed items per batch (around_step 'keyed items p0/p1', hot_partition_share_*): each "
-    "record is one word, one item entering the word count's keyed stage; counted per keyed "
-    "partition from the records' keys and the batch's partitioning (fixed: the hash; "
-    "elastic: the batch's layout from its offsets). The items the cycle feeds back stay in "
-    "their task and are not counted. With the shim, [pN rows in ms] are the keyed stage's "
-    "tasks as Spark measured them (shuffle records read, including invalidator copies; task "
-    "duration), polled while the query runs; keyed_tasks_after_step summarises them.",
-    "layout (elastic): decisions = the control channel's decision count at the last batch; "
-    "decisions_after_step = that minus the count at the last batch before the first skewed "
-    "one; changes: each new layout's first batch, count, assignment (slot -> partition) and "
-    "reason; batches_after_step_before_that: skewed batches run under the old layout (a "
-    "layout is decided at a planning from the last committed batch's slot loads).",
-    "output: the sink's files read back: every (source, position) exactly once over "
-    "[0, share) per front (duplicates, missing), and for each key its released counts are "
-    "exactly 1..n with n its records in the input; exactly_once is all of that. "
-    "released_rows: rows of batches whose commit marker exists.",
+    "after the step: the batches that read a skewed record (index >= N).",
+    "keyed items per batch (around_step, hot_partition_share_*): the records' words per keyed "
+    "partition under the batch's partitioning (hash, or its layout); [pN rows in ms]: the "
+    "keyed tasks as the shim measured them (keyed_tasks_after_step summarises them).",
+    "layout (elastic): decisions at the last batch; decisions_after_step: minus those at the "
+    "last batch before the first skewed one; changes: each new layout's first batch, count, "
+    "assignment and reason; batches_after_step_before_that: skewed batches on the old layout.",
+    "output: every (source, position) released exactly once, and each key's counts exactly "
+    "1..n with n its records; exactly_once is all of that.",
     "ratios: p99 of an elastic variant / p99 of fixed, over all measured records and over "
-    "the skewed ones.",
-    "other per-variant figures: wall_seconds from start() to the analysis' end; "
-    "load_average_1m_after (the machine is shared); batches_without_rows; "
-    "batches_before_step / _after_step and the medians of their seconds (planning to "
-    "release) and rows; unread_at_stop; pending_rows_in_markers (0 expected: one source); "
-    "controller (elastic+controller): the decision count, last limit and reason, and the "
-    "limits per batch as run lengths.",
+    "the skewed ones. wall_seconds: start() to the analysis' end.",
 ]
 
 

@@ -59,10 +59,12 @@ def corpus_flags(made: argparse.ArgumentParser, lines: int, files: int = 4) -> N
     )
 
 
-def check_batches(made: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Stop unless ``--batches`` divides ``--files`` (Spark's file source reads whole files)."""
-    if args.batches < 1 or args.files % args.batches:
+def parse(made: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The flags; stop unless ``--batches`` divides ``--files`` (whole files per batch)."""
+    args = made.parse_args(argv)
+    if "batches" in args and (args.batches < 1 or args.files % args.batches):
         made.error(f"--batches must divide --files ({args.files}); got {args.batches}")
+    return args
 
 
 class Workdir:

@@ -180,28 +180,18 @@ def controller_summary(batches: list[Batch]) -> dict[str, Any] | None:
 #: Notes both step benchmarks share.
 NOTES = [
     "latency of a record: release (its batch's commit marker mtime) - availability (clock "
-    "start + the time the schedule made it); latency_ms over the records available after "
-    "--settle seconds (query start and the first batches' Python workers left out), "
-    "latency_after_step_ms over those after the step. A run is stopped --drain s after its "
-    "input ends; records not released by then count with the stop time as release "
-    "(censored_rows: their latency is a lower bound).",
-    "everything from the checkpoint alone, read through flamestream's QueryCheckpoint and "
-    "front_offsets: offsets/<batch> gives each batch's per-front end positions, its planning "
-    "instant (base: the driver's wall clock in microseconds at planning), the controller's "
-    "record and (elastic only) the control channel's layout; the sink's commit markers "
-    "(flamestream-sink/commits/<batch>.json, written at the end of each commit, after the "
-    "batch's output parts were renamed into place) give the release time of every row of the "
-    "batch (their mtime). With one source every row of a batch is released by its own commit "
-    "(pending_rows_in_markers: 0).",
-    "clock start: the generator's rate clock starts in the first planning's discover, just "
-    "before batch 0's base is taken; taken as batch 0's base, moved earlier if any batch's "
-    "ends would not have been available at its planning otherwise (by "
-    "start_before_batch0_planning_ms: 0 when base 0 is consistent).",
-    "backlog at a planning: records available (schedule, capped by totalRows) minus the "
-    "batch's end positions, over both fronts (the front's own backlog gauge); peak over the "
-    "batches.",
-    "recovery: per batch the latency of its oldest record; ticks_to_recover_after_step = "
-    "batches after the step until every later batch's is within the budget (0: never over; "
-    "null: still over at the end); seconds_to_recover_after_step from the step to that "
-    "batch's planning.",
+    "start + when the schedule made it); latency_ms over the records available after "
+    "--settle s, latency_after_step_ms over those after the step. A run is stopped --drain s "
+    "after its input ends; records not released by then count with the stop as release "
+    "(censored_rows: lower bounds).",
+    "everything from the checkpoint, read through QueryCheckpoint and front_offsets: per "
+    "batch its fronts' end positions, its planning instant (base), the controller's record "
+    "and (elastic) the layout; the sink's commit markers give each batch's release (mtime; "
+    "pending_rows_in_markers: 0 with one source). Clock start: batch 0's base, moved earlier "
+    "if a batch's ends would not have been available at its planning otherwise.",
+    "backlog at a planning: records available (capped by totalRows) minus the batch's end "
+    "positions, over both fronts; peak over the batches.",
+    "recovery: ticks_to_recover_after_step = batches after the step until every later "
+    "batch's oldest record is within the budget (0: never over; null: still over at the "
+    "end); seconds_to_recover_after_step: from the step to that batch's planning.",
 ]

@@ -18,6 +18,11 @@ def load_average() -> float:
     return round(os.getloadavg()[0], 2)
 
 
+def load_averages() -> list[float]:
+    """The 1, 5 and 15 minute load averages, to one decimal."""
+    return [round(x, 1) for x in os.getloadavg()]
+
+
 class Record:
     """What a run records about its machine: taken at the start, completed at the end."""
 

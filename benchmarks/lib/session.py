@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -10,6 +13,7 @@ def local_spark(app: str, conf: Mapping[str, str] | None = None) -> Any:
     """The benchmarks' SparkSession: ``local[2]``, 2 shuffle partitions, UI and progress off."""
     from pyspark.sql import SparkSession
 
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (
         SparkSession.builder.master("local[2]")
         .appName(app)
@@ -22,3 +26,13 @@ def local_spark(app: str, conf: Mapping[str, str] | None = None) -> Any:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+@contextmanager
+def spark_session(app: str, conf: Mapping[str, str] | None = None) -> Iterator[Any]:
+    """:func:`local_spark`, stopped at the end."""
+    spark = local_spark(app, conf)
+    try:
+        yield spark
+    finally:
+        spark.stop()

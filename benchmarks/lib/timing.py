@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from benchmarks.lib.cli import Workdir
+from benchmarks.lib.record import emit
+from benchmarks.lib.session import spark_session
 
 K = TypeVar("K", bound=Hashable)
 
@@ -163,15 +165,29 @@ def interleave(
     return rounds
 
 
+def run_cases(
+    name: str, args: Any, make: Callable[[Any, Any, Workdir], Any], observed: str | None = None
+) -> int:
+    """An AvailableNow experiment in one session: variants, interleaved runs, analysis, JSON.
+
+    ``make(spark, args, work)`` gives the experiment: its ``cases()`` (key -> define), its
+    ``check(key, out, run)`` of every run's output and its ``analyse(rounds, spark_version)``
+    (the report, or an ``error`` report). Prints the report; its exit status.
+    """
+    work = Workdir(args.work, f"flamestream-{name}-")
+    with spark_session(f"flamestream-spark-{name}") as spark:
+        job = make(spark, args, work)
+        rounds = interleave(job.cases(), work, args, observed=observed, check=job.check)
+        spark_version = spark.version
+    return emit(job.analyse(rounds, spark_version), work)
+
+
 #: How every AvailableNow benchmark times its queries (for the reports' notes).
 TIMING_NOTE = (
     "seconds: wall time from writeStream.start() to the query's termination "
-    "(Trigger.AvailableNow; with --batches B > 1 maxFilesPerTrigger / maxRecordsPerTrigger "
-    "split the input into B batches), the median of the timed runs after untimed warm-up "
-    "runs, cases interleaved, each run into fresh output and checkpoint directories; "
-    "defining the DataFrame and writer (phases_median_seconds.define) is not included. "
-    "steady sums the batches' triggerExecution (planning, the batch, offset and commit logs) "
-    "from query.recentProgress: what a long-running stream sees, without the query's "
-    "one-time start (for a Python data source such as flamestream's fronts about 1 s here: "
-    "Spark starts a Python planner process per query)."
+    "(Trigger.AvailableNow; --batches B > 1 splits the input into B batches), the median of "
+    "the timed runs after untimed warm-ups, cases interleaved, fresh directories per run; "
+    "defining the DataFrame (phases_median_seconds.define) not included. steady: the "
+    "batches' triggerExecution summed, without the query's one-time start (for a Python data "
+    "source about 1 s here: a Python planner process per query)."
 )
