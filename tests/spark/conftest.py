@@ -25,8 +25,13 @@ def files_front(spark: SparkSession, path: Path, **options: Any) -> DataFrame:
 
 
 def run_to_files(df: DataFrame, out: Path, checkpoint: Path, **options: Any) -> StreamingQuery:
-    writer = df.writeStream.format("flamestream").option("sink", "files")
-    writer = writer.option("path", str(out)).option("checkpointLocation", str(checkpoint))
+    writer = df.writeStream.format("flamestream").option("checkpointLocation", str(checkpoint))
+    return run_writer(writer, out, **options)
+
+
+def run_writer(writer: Any, out: Path, **options: Any) -> StreamingQuery:
+    """Run a ``format("flamestream")`` writer (checkpoint set) into a files sink at ``out``."""
+    writer = writer.option("sink", "files").option("path", str(out))
     for key, value in options.items():
         writer = writer.option(key, str(value))
     query = writer.trigger(availableNow=True).start()

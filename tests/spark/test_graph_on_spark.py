@@ -20,7 +20,7 @@ from flamestream.spark.exec.items import encode_trace
 from flamestream.spark.exec.stateless import render_default
 from flamestream.testing import run_in_order
 
-from .conftest import write_lines
+from .conftest import run_writer, write_lines
 
 TEXT = {
     "a.txt": ["the quick brown fox", "jumps over", "", "the lazy dog"],
@@ -270,6 +270,35 @@ def test_a_reader_runs_the_first_stage_in_the_front(spark: SparkSession, lines_d
     assert "value" in reader.load().columns and "trace" not in reader.load().columns
     with pytest.raises(GraphError, match="readers not loaded yet"):
         graph.apply([reader.load(), reader.load()])
+
+
+def test_write_stream_runs_the_keyed_stage_in_the_sink(
+    spark: SparkSession, lines_dir: Path, tmp_path: Path, capsys
+):
+    """Word count given the reader, through write_stream: no Python pass between front and
+    sink (words cross twice), and the same released rows as apply's."""
+    graph = SparkGraph(word_count(), partitions=2)
+    assert graph.plan.in_sink == 2 and graph.plan.crossings(front=True, sink=True) == 2
+    assert graph.plan.crossings() == 6
+    outs = {}
+    for way in ("apply", "write_stream"):
+        reader = front_reader(spark, lines_dir, stream=True, limit=3)
+        checkpoint = str(tmp_path / way / "ck")
+        if way == "apply":
+            writer = graph.apply(reader, checkpoint_location=checkpoint).writeStream
+            writer = writer.format("flamestream").option("checkpointLocation", checkpoint)
+        else:
+            writer = graph.write_stream(reader, checkpoint_location=checkpoint)
+        query = run_writer(writer, tmp_path / way / "out")
+        capsys.readouterr()
+        query.explain()
+        passes = len(re.findall(r"MapInArrow", capsys.readouterr().out))
+        assert passes == graph.plan.passes(front=True, sink=way == "write_stream")
+        outs[way] = sorted(
+            (r.sink, r.ts, r.front, r.trace, r.value) for r in read_rows(tmp_path / way / "out")
+        )
+    assert outs["write_stream"] == outs["apply"] and len(outs["apply"]) > 10
+    assert graph.plan.passes(front=True, sink=True) == 0
 
 
 def test_graph_output_goes_through_the_barrier_sink_in_meta_order(

@@ -25,12 +25,12 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from flamestream.spark import apply_graph
+from flamestream.spark import SparkGraph
 from flamestream.spark.exec.stateless import render_default
 from flamestream.testing import run_in_order
 
 from ..random_graphs import ALPHABET, Grown, random_graph
-from .conftest import released, run_to_files, write_lines
+from .conftest import released, run_to_files, run_writer, write_lines
 
 #: Read limits of the fronts (one source each): uneven, so fronts overtake each other.
 FRONT_SETS = {"two": (1, 3), "three": (1, 2, 4)}
@@ -115,20 +115,23 @@ def test_random_graphs_release_what_the_reference_runtime_releases(
         fusion = rng.random() < 0.75
         # half the time the readers go to apply: the first stage runs in the fronts' reads
         in_front = rng.random() < 0.5
+        # half the time write_stream: the sink's tasks may run the last keyed stage
+        in_sink = rng.random() < 0.5
         where = (
             f"{grown}; fronts {front_set}, {partitions} key partitions, fusion {fusion}, "
-            f"first stage in the fronts {in_front}"
+            f"first stage in the fronts {in_front}, write_stream {in_sink}"
         )
         work = tmp_path / f"seed{seed}"
         limits = FRONT_SETS[front_set]
-        rows = apply_graph(
-            grown.flow,
-            readers(spark, inputs, limits) if in_front else fronts(spark, inputs, limits),
-            partitions=partitions,
-            fusion=fusion,
-            checkpoint_location=str(work / "ck"),
-        )
-        run_to_files(rows, work / "out", work / "ck")
+        graph = SparkGraph(grown.flow, partitions=partitions, fusion=fusion)
+        rows = readers(spark, inputs, limits) if in_front else fronts(spark, inputs, limits)
+        checkpoint = str(work / "ck")
+        if in_sink:
+            run_writer(graph.write_stream(rows, checkpoint_location=checkpoint), work / "out")
+        else:
+            run_to_files(
+                graph.apply(rows, checkpoint_location=checkpoint), work / "out", work / "ck"
+            )
         out = released(work / "out")
         want = reference(grown, stamped[front_set])
         for sink in grown.sinks:
@@ -142,7 +145,8 @@ def test_random_graphs_release_what_the_reference_runtime_releases(
         seen["merge"] += any(op == "merge" for op in grown.ops)
         seen["2+ groupings"] += grown.groupings > 1
         seen["in front"] += in_front and fusion
+        seen["in sink"] += in_sink and graph.plan.in_sink is not None
     # the seeds must really exercise what the generator is for
     if GRAPHS >= 5:
-        wanted = ("replayed", "two+ sinks", "merge", "2+ groupings", "in front")
+        wanted = ("replayed", "two+ sinks", "merge", "2+ groupings", "in front", "in sink")
         assert all(seen[what] for what in wanted), seen

@@ -15,6 +15,7 @@ gives the same items on both.
 >>> print(SparkGraph(flow).describe())
 graph clean: 1 stage, fusion on
   source lines -> stage 1
+  fronts given as readers: stage 1 runs in their reads
   stage 1 [fused: split -> long -> upper] (one mapInArrow pass) -> sink out
 """
 
@@ -33,8 +34,15 @@ from flamestream.graph.logical import LogicalGraph
 from flamestream.spark.control.key_layout import ElasticPolicy
 from flamestream.spark.durable import QueryCheckpoint, filesystem, write_atomically
 from flamestream.spark.exec.front_stage import OPTION as STAGE_OPTION
-from flamestream.spark.exec.front_stage import FrontStage
-from flamestream.spark.exec.items import BYTES_TAG, ITEM_DDL, MAY_INVALIDATE, TEXT_TAG, TOMBSTONE
+from flamestream.spark.exec.front_stage import FrontStage, ship
+from flamestream.spark.exec.items import (
+    BYTES_TAG,
+    ITEM_DDL,
+    MAY_INVALIDATE,
+    RELEASED_COLUMNS,
+    TEXT_TAG,
+    TOMBSTONE,
+)
 from flamestream.spark.exec.keyed import KeyedRunner
 from flamestream.spark.exec.partitioning import KEY_PARTITION, SALT_PREFIX, salts
 from flamestream.spark.exec.routing import LoopSpec, LoopWriter, Router
@@ -45,11 +53,12 @@ from flamestream.spark.plan.stages import Stage
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 _log = logging.getLogger(__name__)
 
 #: The columns of what ``apply`` returns: the meta, the determinant, the sink, the payload.
-OUTPUT_COLUMNS = ("ts", "front", "trace", "flags", "source", "position", "sink", "value")
+OUTPUT_COLUMNS = RELEASED_COLUMNS
 
 
 class SparkGraph:
@@ -129,16 +138,49 @@ class SparkGraph:
         query's checkpoint: the groupings' state is kept under it (``flamestream-graph/``)
         and their garbage collection follows the min-time in its offset log.
         """
+        rows, _ = self._wire(df, payload, checkpoint_location, sink_runs=False)
+        return rows
+
+    def write_stream(
+        self, df: DataFrame | Any, *, checkpoint_location: str, payload: str = "value"
+    ) -> DataStreamWriter:
+        """``apply``, then ``writeStream.format("flamestream")`` with the checkpoint set.
+
+        Add the sink's options (``sink``, ``path``, ...) and ``start()``. When everything the
+        graph's last keyed stage (and the stateless steps after it) sends goes to sinks
+        (:attr:`ExecutionPlan.in_sink`), the sink's write tasks run that stage on the
+        shuffled rows themselves, in the same task the stage's own pass would have run in:
+        the rows enter Python once after the shuffle. With readers as ``df`` (see
+        :meth:`apply`), word count's words cross the Python/JVM boundary twice: out of the
+        front, into the sink. The released rows are the same as ``apply``'s.
+        """
+        rows, task = self._wire(df, payload, checkpoint_location, sink_runs=True)
+        if not rows.isStreaming:
+            raise GraphError(
+                self.graph.name,
+                "a streaming input for write_stream",
+                "a bounded one",
+                "use apply(df) and any batch writer, or read with spark.readStream",
+            )
+        writer = rows.writeStream.format("flamestream")
+        writer = writer.option("checkpointLocation", checkpoint_location)
+        return writer.option(STAGE_OPTION, ship(task)) if task is not None else writer
+
+    def _wire(
+        self, df: DataFrame | Any, payload: str, checkpoint_location: str | None, *, sink_runs: bool
+    ) -> tuple[DataFrame, Any]:
+        """Plan and wire one application: the result rows, and the sink's task if it runs one."""
         rows, in_front = self._front_rows(df, payload)
         plan = self._query_plan(rows, checkpoint_location)
+        in_sink = self.plan.in_sink if sink_runs and plan.state_url is not None else None
         if in_front:  # the fronts ran the first stage (or the keying): their rows are items
-            wiring = _Wiring(self, plan, rows, in_front=self.plan.in_front)
+            wiring = _Wiring(self, plan, rows, in_front=self.plan.in_front, in_sink=in_sink)
         else:
-            wiring = _Wiring(self, plan, self._source_items(rows, payload))
+            wiring = _Wiring(self, plan, self._source_items(rows, payload), in_sink=in_sink)
         wiring.channels(*self._channel_rows(rows, plan))
         for stage in self.stages:
             wiring.add(stage)
-        return wiring.result()
+        return wiring.result(), wiring.sink_task
 
     def _query_plan(self, df: DataFrame, checkpoint_location: str | None) -> _QueryPlan:
         """What this application of the graph decides once: partitions, loops, state, layout."""
@@ -309,12 +351,16 @@ class _Wiring:
         source_items: DataFrame,
         *,
         in_front: int | None = None,
+        in_sink: int | None = None,
     ) -> None:
         self.graph = graph
         self.plan = plan
         self.items: dict[str, DataFrame] = {graph.source: source_items}
         #: the stage the fronts ran (its output: ``source_items``), if any but the keying
         self.in_front = in_front or None
+        #: the keyed stage the sink's write tasks run, and (once wired) its task function
+        self.in_sink = in_sink
+        self.sink_task: Any = None
         self.outputs: dict[int, DataFrame] = {}
         self.flagged: dict[int, bool] = {}  # whether a stage's output may carry replays
         self.control_rows: DataFrame | None = None
@@ -431,6 +477,9 @@ class _Wiring:
         part = F.pmod(F.hash(F.col(route)), F.lit(key_partitions))
         stage_input = stage_input.withColumn(KEY_PARTITION, part)
         shuffled = stage_input.repartition(key_partitions, F.col(route))
+        if stage.index == self.in_sink:  # the sink's write tasks run it (see write_stream)
+            self.sink_task = task
+            return shuffled
         return shuffled.mapInArrow(_named(task, stage.name), ITEM_DDL)
 
     def result(self) -> DataFrame:
@@ -438,6 +487,9 @@ class _Wiring:
         from pyspark.sql import functions as F
 
         graph = self.graph
+        if self.sink_task is not None:  # the shuffled rows the sink's tasks run the stage on
+            assert self.in_sink is not None  # noqa: S101
+            return self.outputs[self.in_sink]
         released = [self.rows_for(sink) for sink in graph.sinks]
         for number, (producer, merge) in enumerate(sorted(graph.cut)):
             # the loop writers run in the query (their rows are part of its result) and

@@ -40,7 +40,9 @@ from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.durable import QueryCheckpoint, batch_id_of_task
 from flamestream.spark.durable.barrier import BarrierStore, CommitOutcome, StagedPart
 from flamestream.spark.durable.state import state_bytes
-from flamestream.spark.exec.items import MAY_INVALIDATE, TOMBSTONE
+from flamestream.spark.exec.front_stage import OPTION as STAGE_OPTION
+from flamestream.spark.exec.front_stage import unship
+from flamestream.spark.exec.items import MAY_INVALIDATE, RELEASED_COLUMNS, TOMBSTONE
 
 #: ts above this (2001 in µs) come from the wall clock, not ``clock=logical``.
 WALL_CLOCK_FLOOR = 10**15
@@ -48,6 +50,12 @@ WALL_CLOCK_FLOOR = 10**15
 
 #: Columns a barrier sink needs: the global time of every row.
 REQUIRED_COLUMNS = ("ts", "front")
+
+
+def _released(items: pa.RecordBatch) -> pa.RecordBatch:
+    """Item rows leaving the last stage (``to`` a sink) as the rows ``apply`` returns."""
+    columns = {name: items.column("to" if name == "sink" else name) for name in RELEASED_COLUMNS}
+    return pa.RecordBatch.from_pydict(columns)
 
 
 class SinkOutput:
@@ -109,6 +117,9 @@ class BarrierWriter(DataSourceStreamArrowWriter):
         self.store = BarrierStore(
             options.string("stateLocation", QueryCheckpoint(self.checkpoint).sink_url)
         )
+        #: a graph's last keyed stage, run here on the shuffled rows (``write_stream``)
+        stage = options.raw(STAGE_OPTION)
+        self.stage = unship(stage) if stage else None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
         """Stage this task's rows durably (executors)."""
@@ -116,6 +127,8 @@ class BarrierWriter(DataSourceStreamArrowWriter):
         assert context is not None  # write() runs in a task  # noqa: S101
         batch_id = batch_id_of_task()
         partition_id = context.partitionId()
+        if self.stage is not None:  # the graph's keyed stage first, then its released rows
+            iterator = (_released(rows) for rows in self.stage(iterator))
         batches = list(iterator)
         table = pa.Table.from_batches(batches) if batches else pa.table({})
         if self.release_in_tasks and table.num_rows:

@@ -75,17 +75,32 @@ class FrontStage:
         return pa.RecordBatch.from_arrays(list(columns.values()), schema=ITEM_SCHEMA)
 
     def encode(self) -> str:
-        """The stage as an option value (compressed cloudpickle, base64)."""
-        from pyspark import cloudpickle
-
-        pickled = cloudpickle.dumps(self)  # type: ignore[no-untyped-call]
-        return base64.b64encode(zlib.compress(pickled)).decode("ascii")
+        """The stage as an option value."""
+        return ship(self)
 
     @staticmethod
     def decode(value: str) -> FrontStage:
         """The stage an option value carries (made by :meth:`encode`, in ``apply``)."""
-        from pyspark import cloudpickle
-
-        stage = cloudpickle.loads(zlib.decompress(base64.b64decode(value)))
+        stage = unship(value)
         assert isinstance(stage, FrontStage)  # noqa: S101
         return stage
+
+
+def ship(work: Any) -> str:
+    """Graph work (a stage's runner) as a data source option value: cloudpickle, zlib, base64.
+
+    Data sources run in Python processes of their own (planners on the driver host, tasks on
+    executors) that share nothing with the process that called ``apply``: an option is how
+    the work reaches them. ``apply`` makes the value; users never write it.
+    """
+    from pyspark import cloudpickle
+
+    pickled = cloudpickle.dumps(work)  # type: ignore[no-untyped-call]
+    return base64.b64encode(zlib.compress(pickled)).decode("ascii")
+
+
+def unship(value: str) -> Any:
+    """The work an option value made by :func:`ship` carries."""
+    from pyspark import cloudpickle
+
+    return cloudpickle.loads(zlib.decompress(base64.b64decode(value)))

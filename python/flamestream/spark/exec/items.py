@@ -71,6 +71,10 @@ ITEM_DDL = (
 )
 
 
+#: The columns of the rows a graph releases to its sinks (what ``apply`` returns): an item
+#: row's meta and determinant, ``to`` named ``sink``, and the rendered ``value``.
+RELEASED_COLUMNS = ("ts", "front", "trace", "flags", "source", "position", "sink", "value")
+
 MAY_INVALIDATE = 1
 
 

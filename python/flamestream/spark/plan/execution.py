@@ -12,6 +12,7 @@ sinks. ``SparkGraph`` wires the plan onto DataFrames; ``describe()`` prints it.
 >>> print(plan_execution(flow.build()).describe())
 graph clean: 1 stage, fusion on
   source lines -> stage 1
+  fronts given as readers: stage 1 runs in their reads
   stage 1 [fused: split -> upper] (one mapInArrow pass) -> sink out
 """
 
@@ -56,6 +57,9 @@ class ExecutionPlan:
     #: what a front may run in its own read tasks (:func:`front_work`): None (nothing), 0
     #: (keying the rows for the shuffle) or the index of the stage that reads the source
     in_front: int | None = None
+    #: the keyed stage whose work (with its tails) a barrier sink's write tasks can do, when
+    #: everything it and its tails send goes to sinks (:func:`sink_work`), or None
+    in_sink: int | None = None
     stage_of: Mapping[str, Stage] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -66,15 +70,24 @@ class ExecutionPlan:
         """The stateless stages that run in ``stage``'s tasks, after it, in stage order."""
         return tuple(s for s in self.stages if self.hosts.get(s.index) == stage.index)
 
-    def passes(self, *, front: bool = False) -> int:
+    def passes(self, *, front: bool = False, sink: bool = False) -> int:
         """Python passes (``mapInArrow``) over one micro-batch's rows.
 
         Every stage but the tails, plus the keying of the source rows when a grouping reads
-        them directly; ``front=True``: when the fronts run :attr:`in_front` in their reads.
+        them directly; ``front=True``: when the fronts run :attr:`in_front` in their reads;
+        ``sink=True``: when the sink's write tasks run :attr:`in_sink`.
         """
         keyed_source = self.graph.consumer(self.source) in self.keys
         passes = len(self.stages) - len(self.hosts) + keyed_source
-        return passes - 1 if front and self.in_front is not None else passes
+        passes -= front and self.in_front is not None
+        return passes - (sink and self.in_sink is not None)
+
+    def crossings(self, *, front: bool = False, sink: bool = False) -> int:
+        """How often a record's items cross between the JVM and Python on the longest path.
+
+        Out of the front's reader, into and out of every pass, into the sink's writer.
+        """
+        return 2 + 2 * self.passes(front=front, sink=sink)
 
     @property
     def keyed(self) -> bool:
@@ -123,6 +136,12 @@ class ExecutionPlan:
         count = len(self.stages)
         lines = [f"graph {self.graph.name}: {count} stage{'s' * (count != 1)}, fusion {mode}"]
         lines.append(f"  source {self.source} -> {self.where(self.graph.consumer(self.source))}")
+        if self.in_front:
+            lines.append(f"  fronts given as readers: stage {self.in_front} runs in their reads")
+        elif self.in_front == 0:
+            lines.append("  fronts given as readers: they key the rows for the shuffle")
+        if self.in_sink is not None:
+            lines.append(f"  write_stream: stage {self.in_sink} runs in the sink's write tasks")
         if self.release == "latest":
             combined = ", ".join(sorted(self.precombine)) or "none"
             lines.append(
@@ -189,6 +208,7 @@ def plan_execution(
     return ExecutionPlan(
         hosts=tails_of_keyed(graph, stages, cut) if fusion else {},
         in_front=front_work(graph, stages, sources[0], cut) if fusion else None,
+        in_sink=sink_work(graph, stages, cut) if fusion else None,
         graph=graph,
         fusion=fusion,
         release=release,
@@ -254,3 +274,34 @@ def front_work(
             if producer != source or (producer, entry) in cut:
                 return None
     return stage.index
+
+
+def sink_work(
+    graph: LogicalGraph, stages: list[Stage], cut: frozenset[tuple[str, str]]
+) -> int | None:
+    """The keyed stage a barrier sink's write tasks can run, or None.
+
+    The last keyed stage, when it and its tails send everything to sinks and every sink gets
+    everything from them: then the shuffled rows can go straight to the sink's writer, which
+    runs the stage (and the tails) on them in its own task, as the stage's ``mapInArrow``
+    would have in the same task. Not with loop edges (their writers need the stage's output
+    as a DataFrame) nor for a cycle that hands items to other keys.
+    """
+    keyed = [stage for stage in stages if stage.grouping is not None]
+    if cut or not keyed:
+        return None
+    last = keyed[-1]
+    hosts = tails_of_keyed(graph, stages, cut)
+    inside = set(last.steps).union(*(s.steps for s in stages if hosts.get(s.index) == last.index))
+    sinks = {sid for sid, step in graph.steps.items() if isinstance(step, Sink)}
+    for sid in inside:
+        step = graph.step(sid)
+        outside = {graph.consumer(sid, port) for port in range(step.outputs)} - inside
+        if not outside <= sinks:
+            return None
+    if any(p not in inside for sink in sinks for p in graph.producers(sink)):
+        return None
+    cyclic = any(p in last.steps for sid in last.steps for p in graph.producers(sid))
+    if cyclic and reduce_step_of(graph, last) is None:  # items may change key: loop channel
+        return None
+    return last.index
