@@ -166,3 +166,50 @@ def test_stage_runner_sends_what_the_model_sends(seed: int, items):
             )
         )
     assert by_stage_runner(graph, made) == by_model(graph, made), stateless_graph(seed)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(st.integers(0, 5), st.sampled_from("abc"), st.integers(1, 9), st.booleans()),
+        max_size=30,
+    ),
+    shuffle=st.booleans(),
+)
+def test_combining_in_order_is_combining_by_meta(
+    rows: list[tuple[int, str, int, bool]], shuffle: bool
+):
+    """Map-side combining (release="latest"): the in-order shortcut (a key's last item is its
+    latest) folds the same values and keeps the same item as comparing metas does."""
+    from flamestream.graph.mapreduce import Mapped
+    from flamestream.model import LocalTime
+    from flamestream.spark.exec import stateless
+
+    # input rows 0..5 with increasing metas; items in (row, child) order unless shuffled
+    order = [(10 + r, 0, b"") for r in range(6)]
+    items = stateless._Items()
+    ordered = sorted(enumerate(rows), key=lambda e: (e[1][0], e[0]))
+    if shuffle:
+        random.Random(len(rows)).shuffle(ordered)
+    for child, (row, key, value, replay) in ordered:
+        items.rows.append(row)
+        items.suffixes.append((LocalTime(0, child),))
+        items.payloads.append(Mapped(key, value))
+        items.flags.append(MAY_INVALIDATE if replay else 0)
+    in_order = stateless._in_meta_order(order, items)
+    assert in_order or shuffle
+    general = stateless._combined_any_order(order, items, int.__add__)
+    if in_order:
+        fast = stateless._combined_in_order(items, int.__add__)
+        assert combined_rows(fast) == combined_rows(general)
+    combined = [p for p, f in zip(general.payloads, general.flags, strict=True) if not f]
+    totals: dict[str, int] = {}
+    for _, key, value, replay in rows:
+        if not replay:
+            totals[key] = totals.get(key, 0) + value
+    assert {p.key: p.value for p in combined} == totals
+
+
+def combined_rows(items: Any) -> list[tuple[Any, ...]]:
+    rows = zip(items.rows, items.suffixes, map(repr, items.payloads), items.flags, strict=True)
+    return sorted(rows)

@@ -266,36 +266,45 @@ class StageRunner:
                 strict=True,
             )
         )
-        # key -> index of its latest item, and that item's (row order, suffix) once compared
-        best: dict[Any, tuple[int, Any]] = {}
-        values: dict[Any, Any] = {}
-        out = _Items()
-        for k, (row, suffix, payload, flag) in enumerate(
-            zip(items.rows, items.suffixes, items.payloads, items.flags, strict=True)
-        ):
-            if flag or not isinstance(payload, Mapped):  # tombstones, replays: as they are
-                out.rows.append(row)
-                out.suffixes.append(suffix)
-                out.payloads.append(payload)
-                out.flags.append(flag)
-                continue
-            key = payload.key
-            held = best.get(key)
-            if held is None:
-                values[key], best[key] = payload.value, (k, None)
-                continue
-            values[key] = reducer(values[key], payload.value)
-            j, there = held
-            if there is None:
-                there = (order[items.rows[j]], items.suffixes[j])
-            here = (order[row], suffix)
-            best[key] = (k, here) if here > there else (j, there)
-        for key, (k, _) in best.items():
-            out.rows.append(items.rows[k])
-            out.suffixes.append(items.suffixes[k])
-            out.payloads.append(Mapped(key, values[key]))
-            out.flags.append(0)
-        return out
+        if _in_meta_order(order, items):  # then a key's latest item is its last one
+            return _combined_in_order(items, reducer)
+        return _combined_any_order(order, items, reducer)
+
+
+def _combined_any_order(
+    order: list[tuple[Any, ...]], items: _Items, reducer: Callable[[Any, Any], Any]
+) -> _Items:
+    """:meth:`StageRunner._combined` for items in any order: metas compared per key."""
+    # key -> index of its latest item, and that item's (row order, suffix) once compared
+    best: dict[Any, tuple[int, Any]] = {}
+    values: dict[Any, Any] = {}
+    out = _Items()
+    for k, (row, suffix, payload, flag) in enumerate(
+        zip(items.rows, items.suffixes, items.payloads, items.flags, strict=True)
+    ):
+        if flag or not isinstance(payload, Mapped):  # tombstones, replays: as they are
+            out.rows.append(row)
+            out.suffixes.append(suffix)
+            out.payloads.append(payload)
+            out.flags.append(flag)
+            continue
+        key = payload.key
+        held = best.get(key)
+        if held is None:
+            values[key], best[key] = payload.value, (k, None)
+            continue
+        values[key] = reducer(values[key], payload.value)
+        j, there = held
+        if there is None:
+            there = (order[items.rows[j]], items.suffixes[j])
+        here = (order[row], suffix)
+        best[key] = (k, here) if here > there else (j, there)
+    for key, (k, _) in best.items():
+        out.rows.append(items.rows[k])
+        out.suffixes.append(items.suffixes[k])
+        out.payloads.append(Mapped(key, values[key]))
+        out.flags.append(0)
+    return out
 
 
 def _nth_determinant(batch: pa.RecordBatch, items: _Items, nth: int) -> tuple[GlobalTime, Any]:
@@ -481,3 +490,45 @@ def _tombstone_result(step: Step) -> Any:
     if isinstance(step, FlatMap):
         return [None]
     return None
+
+
+def _in_meta_order(order: list[tuple[Any, ...]], items: _Items) -> bool:
+    """Whether ``items`` come in meta order (as a front's rows through a chain of steps do).
+
+    ``order`` holds each input row's meta; an item's meta is its row's, then its suffix.
+    """
+    rows, suffixes = items.rows, items.suffixes
+    for k in range(1, len(rows)):
+        a, b = rows[k - 1], rows[k]
+        if a == b:
+            if not suffixes[k - 1] < suffixes[k]:
+                return False
+        elif not order[a] < order[b]:
+            return False
+    return True
+
+
+def _combined_in_order(items: _Items, reducer: Callable[[Any, Any], Any]) -> _Items:
+    """:meth:`StageRunner._combined` for items in meta order: a key's latest is its last."""
+    out = _Items()
+    last: dict[Any, int] = {}  # key -> index of its last (latest) mapped item
+    values: dict[Any, Any] = {}
+    for k, (payload, flag) in enumerate(zip(items.payloads, items.flags, strict=True)):
+        if flag or not isinstance(payload, Mapped):  # tombstones, replays: as they are
+            out.rows.append(items.rows[k])
+            out.suffixes.append(items.suffixes[k])
+            out.payloads.append(payload)
+            out.flags.append(flag)
+            continue
+        key = payload.key
+        if key in values:
+            values[key] = reducer(values[key], payload.value)
+        else:
+            values[key] = payload.value
+        last[key] = k
+    for key, k in last.items():
+        out.rows.append(items.rows[k])
+        out.suffixes.append(items.suffixes[k])
+        out.payloads.append(Mapped(key, values[key]))
+        out.flags.append(0)
+    return out
