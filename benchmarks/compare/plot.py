@@ -38,7 +38,7 @@ def main(report_path: Path, png: Path) -> None:
     ax.set_xlabel("words per second, log scale (median bar, each run a dot)")
     size = report["input"]
     ax.set_title(
-        f"word count, {size['lines']:,} lines / {words:,} Zipf words in {size['files']} files, "
+        f"word count, {size['lines']:,} lines / {words:,} Zipf words in {size['files']} files,\n"
         f"median of {report['rounds']} round(s), {report['machine']['cpus']} CPUs",
         fontsize=10,
     )

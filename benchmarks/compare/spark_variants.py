@@ -18,21 +18,26 @@ Release = Literal["latest", "every"]
 
 
 def flamestream_writer(
-    spark: Any, source: Path, out: Path, checkpoint: Path, release: Release
+    spark: Any, source: Path, out: Path, checkpoint: Path, release: Release, fused: bool = True
 ) -> Any:
     """Files front -> ``word_count_graph(commutative=True)`` -> files sink (``release=tasks``).
 
     The way the docs recommend: the front's reader goes to ``write_stream`` unloaded, so the
     graph's first stage (split, map, and for ``latest`` the map-side combine) runs in the
     front's read tasks and the keyed stage (with its render step) in the sink's write tasks.
+    ``fused=False``: ``apply`` on the loaded front, then ``writeStream`` (two passes).
     """
     from flamestream.spark import SparkGraph
 
     lines = spark.readStream.format("flamestream").option("front", "files")
+    lines = lines.option("path", str(source))
     graph = SparkGraph(word_count_graph(commutative=True), release=release)
-    writer = graph.write_stream(
-        lines.option("path", str(source)), checkpoint_location=str(checkpoint)
-    )
+    ck = str(checkpoint)
+    if fused:
+        writer = graph.write_stream(lines, checkpoint_location=ck)
+    else:
+        rows = graph.apply(lines.load(), checkpoint_location=ck)
+        writer = rows.writeStream.format("flamestream").option("checkpointLocation", ck)
     writer = writer.option("sink", "files").option("format", "json").option("release", "tasks")
     return writer.option("path", str(out)).trigger(availableNow=True)
 
