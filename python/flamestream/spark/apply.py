@@ -16,6 +16,7 @@ gives the same items on both.
 graph clean: 1 stage, fusion on
   source lines -> stage 1
   fronts given as readers: stage 1 runs in their reads
+  crossings JVM/Python per item, at most: 4 (apply on loaded fronts), 2 (write_stream)
   stage 1 [fused: split -> long -> upper] (one mapInArrow pass) -> sink out
 """
 

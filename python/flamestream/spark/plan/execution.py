@@ -13,6 +13,7 @@ sinks. ``SparkGraph`` wires the plan onto DataFrames; ``describe()`` prints it.
 graph clean: 1 stage, fusion on
   source lines -> stage 1
   fronts given as readers: stage 1 runs in their reads
+  crossings JVM/Python per item, at most: 4 (apply on loaded fronts), 2 (write_stream)
   stage 1 [fused: split -> upper] (one mapInArrow pass) -> sink out
 """
 
@@ -83,9 +84,11 @@ class ExecutionPlan:
         return passes - (sink and self.in_sink is not None)
 
     def crossings(self, *, front: bool = False, sink: bool = False) -> int:
-        """How often a record's items cross between the JVM and Python on the longest path.
+        """How often a record's items cross between the JVM and Python, at most.
 
-        Out of the front's reader, into and out of every pass, into the sink's writer.
+        Out of the front's reader, into and out of every pass, into the sink's writer: exact
+        for a chain of stages (word count), an upper bound where branches split the passes.
+        ``write_stream`` given readers is ``front=True, sink=True``.
         """
         return 2 + 2 * self.passes(front=front, sink=sink)
 
@@ -142,6 +145,10 @@ class ExecutionPlan:
             lines.append("  fronts given as readers: they key the rows for the shuffle")
         if self.in_sink is not None:
             lines.append(f"  write_stream: stage {self.in_sink} runs in the sink's write tasks")
+        lines.append(
+            f"  crossings JVM/Python per item, at most: {self.crossings()} (apply on loaded "
+            f"fronts), {self.crossings(front=True, sink=True)} (write_stream)"
+        )
         if self.release == "latest":
             combined = ", ".join(sorted(self.precombine)) or "none"
             lines.append(
