@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from benchmarks.compare.corpus import mismatch
 from benchmarks.compare.errors import MismatchError
-from benchmarks.lib.workloads import word_count_graph
+from benchmarks.lib.workloads import files_options, word_count_graph
 
 Release = Literal["latest", "every"]
 
@@ -38,8 +38,7 @@ def flamestream_writer(
     else:
         rows = graph.apply(lines.load(), checkpoint_location=ck)
         writer = rows.writeStream.format("flamestream").option("checkpointLocation", ck)
-    writer = writer.option("sink", "files").option("format", "json").option("release", "tasks")
-    return writer.option("path", str(out)).trigger(availableNow=True)
+    return files_options(writer, out).trigger(availableNow=True)
 
 
 def plain_writer(spark: Any, source: Path, out: Path, checkpoint: Path) -> Any:

@@ -86,11 +86,19 @@ def files_sink(
     rows: Any, out: Path, ck: Path, fmt: str | None = "json", release: str | None = "tasks"
 ) -> Any:
     """``rows`` to the flamestream files sink (options left out when None)."""
-    writer = rows.writeStream.format("flamestream").option("sink", "files")
+    writer = rows.writeStream.format("flamestream").option("checkpointLocation", str(ck))
+    return files_options(writer, out, fmt, release)
+
+
+def files_options(
+    writer: Any, out: Path, fmt: str | None = "json", release: str | None = "tasks"
+) -> Any:
+    """A ``format("flamestream")`` writer (e.g. ``write_stream``'s) into the files sink."""
+    writer = writer.option("sink", "files")
     for name, value in (("format", fmt), ("release", release)):
         if value is not None:
             writer = writer.option(name, value)
-    return writer.option("path", str(out)).option("checkpointLocation", str(ck))
+    return writer.option("path", str(out))
 
 
 def word_count_graph(*, commutative: bool = False) -> Any:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import posixpath
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,8 +34,7 @@ from flamestream.graph.dataflow import Dataflow
 from flamestream.graph.logical import LogicalGraph
 from flamestream.spark.control.key_layout import ElasticPolicy
 from flamestream.spark.durable import QueryCheckpoint, filesystem, write_atomically
-from flamestream.spark.exec.front_stage import OPTION as STAGE_OPTION
-from flamestream.spark.exec.front_stage import FrontStage, ship
+from flamestream.spark.exec.front_stage import FrontStage
 from flamestream.spark.exec.items import (
     BYTES_TAG,
     ITEM_DDL,
@@ -47,6 +46,8 @@ from flamestream.spark.exec.items import (
 from flamestream.spark.exec.keyed import KeyedRunner
 from flamestream.spark.exec.partitioning import KEY_PARTITION, SALT_PREFIX, salts
 from flamestream.spark.exec.routing import LoopSpec, LoopWriter, Router
+from flamestream.spark.exec.shipping import OPTION as STAGE_OPTION
+from flamestream.spark.exec.shipping import ship
 from flamestream.spark.exec.stateless import StageRunner, render_default
 from flamestream.spark.exec.tails import WithTails
 from flamestream.spark.plan.execution import plan_execution
@@ -95,12 +96,27 @@ class SparkGraph:
         self.partitions = partitions
         self.elastic = ElasticPolicy() if elastic is True else (elastic or None)
         self.release = release
-        self.stages = list(self.plan.stages)
-        self.cut = self.plan.cut  #: edges whose items go through the loop channel
-        self.keys = dict(self.plan.keys)
-        self.precombine = dict(self.plan.precombine)
-        self.source = self.plan.source
-        self.sinks = list(self.plan.sinks)
+
+    # what the plan decided, under the names the wiring below uses
+    @property
+    def stages(self) -> tuple[Stage, ...]:
+        """The stages, producers first."""
+        return self.plan.stages
+
+    @property
+    def cut(self) -> frozenset[tuple[str, str]]:
+        """Edges whose items go through the loop channel."""
+        return self.plan.cut
+
+    @property
+    def keys(self) -> Mapping[str, Callable[[Any], Any]]:
+        """Per keyed entry, the key its items are shuffled by."""
+        return self.plan.keys
+
+    @property
+    def source(self) -> str:
+        """The graph's source step."""
+        return self.plan.source
 
     def describe(self) -> str:
         """What runs where: the stages, the steps fused into each, and where items go."""
@@ -260,25 +276,24 @@ class SparkGraph:
         for reader in readers:
             loaded.append(reader.option(STAGE_OPTION, option).load())
             reader.option(STAGE_OPTION, "")  # the caller's reader loads plain fronts again
-        rows = loaded[0]
-        for more in loaded[1:]:
-            rows = rows.unionByName(more)
-        return rows, bool(option)
+        return _union(loaded), bool(option)
 
     def _front_stage(self, payload: str) -> FrontStage:
         """What the fronts run in their reads: the first stage, or the keying for a grouping."""
-        entry = self.graph.consumer(self.source)
         index = self.plan.in_front
-        stage = next((s for s in self.stages if s.index == index), Stage(0, (), (entry,)))
-        runner = StageRunner(self.graph, stage, self.keys, self.render, self.precombine)
-        return FrontStage(runner, entry, payload)
+        stage = next((s for s in self.stages if s.index == index), self._keying())
+        runner = self._runner(stage, named=False)
+        return FrontStage(runner, self.graph.consumer(self.source), payload)
+
+    def _keying(self) -> Stage:
+        """A stage without steps whose pass keys the source's rows for the first grouping."""
+        return Stage(0, (), (self.graph.consumer(self.source),))
 
     def _source_items(self, df: DataFrame, payload: str) -> DataFrame:
         """The source's item rows, keyed before the shuffle when a grouping reads them."""
         items = self._items(df, payload)
         if self.graph.consumer(self.source) in self.keys:
-            keying = Stage(0, (), (self.graph.consumer(self.source),))
-            items = items.mapInArrow(self._runner(keying), ITEM_DDL)
+            items = items.mapInArrow(self._runner(self._keying()), ITEM_DDL)
         return items
 
     def _items(self, df: DataFrame, payload: str) -> DataFrame:
@@ -326,7 +341,7 @@ class SparkGraph:
 
     def _runner(self, stage: Stage, *, named: bool = True) -> Any:
         name = stage.name if stage.steps else "flamestream_key"
-        runner = StageRunner(self.graph, stage, self.keys, self.render, self.precombine)
+        runner = StageRunner(self.graph, stage, self.keys, self.render, self.plan.precombine)
         return _named(runner, name) if named else runner
 
 
@@ -386,10 +401,7 @@ class _Wiring:
                 continue  # through the loop channel: see the loop writers in result()
             parts.append(self.items[producer] if stage is None else self.outputs[stage.index])
         unique = list({id(part): part for part in parts}.values())
-        merged = unique[0]
-        for part in unique[1:]:
-            merged = merged.unionByName(part)
-        return merged.where(F.col("to") == step_id)
+        return _union(unique).where(F.col("to") == step_id)
 
     def add(self, stage: Stage) -> None:
         """Wire ``stage``: its input, then one ``mapInArrow`` (after a shuffle when keyed)."""
@@ -404,10 +416,7 @@ class _Wiring:
             self.outputs[stage.index] = self.outputs[host]
             self.flagged[stage.index] = True
             return
-        entries = [self.rows_for(entry) for entry in stage.entries]
-        stage_input = entries[0]
-        for more in entries[1:]:
-            stage_input = stage_input.unionByName(more)
+        stage_input = _union([self.rows_for(entry) for entry in stage.entries])
         of = self.graph.plan.stage_of
         upstream = {
             of[p].index
@@ -491,7 +500,7 @@ class _Wiring:
         if self.sink_task is not None:  # the shuffled rows the sink's tasks run the stage on
             assert self.in_sink is not None  # noqa: S101
             return self.outputs[self.in_sink]
-        released = [self.rows_for(sink) for sink in graph.sinks]
+        released = [self.rows_for(sink) for sink in graph.plan.sinks]
         for number, (producer, merge) in enumerate(sorted(graph.cut)):
             # the loop writers run in the query (their rows are part of its result) and
             # return no rows: what they write comes back through the loop channel
@@ -500,10 +509,7 @@ class _Wiring:
             sent = self.outputs[stage.index].where(F.col("to") == merge)
             writer = LoopWriter(self.plan.state_url, f"cut{number}")
             released.append(sent.mapInArrow(_named(writer, f"flamestream_loop_{merge}"), ITEM_DDL))
-        rows = released[0]
-        for more in released[1:]:
-            rows = rows.unionByName(more)
-        return rows.withColumnRenamed("to", "sink").select(*OUTPUT_COLUMNS)
+        return _union(released).withColumnRenamed("to", "sink").select(*OUTPUT_COLUMNS)
 
 
 #: Spark 4.x runs stateless streaming queries (as Spark sees a graph's) adaptively by default.
@@ -525,6 +531,14 @@ def _no_adaptive_streaming(session: Any) -> None:
         _log.info(
             "flamestream: set %s=false (graph stages on streaming DataFrames)", ADAPTIVE_STREAMING
         )
+
+
+def _union(frames: list[DataFrame]) -> DataFrame:
+    """The rows of every DataFrame in ``frames`` (at least one), matched by column name."""
+    rows = frames[0]
+    for more in frames[1:]:
+        rows = rows.unionByName(more)
+    return rows
 
 
 def _is_reader(candidate: Any) -> bool:

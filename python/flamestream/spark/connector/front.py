@@ -55,8 +55,8 @@ from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.connector.stamping import CLOCKS, clamp_times
 from flamestream.spark.control.admission import HISTORY, AdmissionController, Budget
 from flamestream.spark.durable import batch_id_of_task
-from flamestream.spark.exec.front_stage import OPTION as STAGE_OPTION
 from flamestream.spark.exec.front_stage import FrontStage
+from flamestream.spark.exec.shipping import OPTION as STAGE_OPTION
 
 #: Columns every front emits first, before its own payload columns.
 META_FIELDS = [

@@ -40,9 +40,9 @@ from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.durable import QueryCheckpoint, batch_id_of_task
 from flamestream.spark.durable.barrier import BarrierStore, CommitOutcome, StagedPart
 from flamestream.spark.durable.state import state_bytes
-from flamestream.spark.exec.front_stage import OPTION as STAGE_OPTION
-from flamestream.spark.exec.front_stage import unship
 from flamestream.spark.exec.items import MAY_INVALIDATE, RELEASED_COLUMNS, TOMBSTONE
+from flamestream.spark.exec.shipping import OPTION as STAGE_OPTION
+from flamestream.spark.exec.shipping import unship
 
 #: ts above this (2001 in µs) come from the wall clock, not ``clock=logical``.
 WALL_CLOCK_FLOOR = 10**15

@@ -3,16 +3,14 @@
 Without it, a front's records leave its Python reader as front rows, become item rows in
 Spark SQL, and enter Python again for the graph's first stage (or for their shuffle keys):
 two crossings of the Python/JVM boundary per record, and a Python worker more per task.
-``SparkGraph`` hands the fronts a ``FrontStage`` (the internal ``graphStage`` option, set by
-``apply`` when it is given readers); the front's ``read`` then yields the item rows that
-stage sends on, ready for the shuffle. The rows are the same as the unfused path's: the
-front rows are turned into items exactly as ``SparkGraph._items`` does in SQL.
+``SparkGraph`` hands the fronts a ``FrontStage`` (in the internal ``graphStage`` option, see
+:mod:`.shipping`) when ``apply`` is given readers; the front's ``read`` then yields the item
+rows that stage sends on, ready for the shuffle. The rows are the same as the unfused path's:
+the front rows are turned into items exactly as ``SparkGraph._items`` does in SQL.
 """
 
 from __future__ import annotations
 
-import base64
-import zlib
 from typing import Any
 
 import pyarrow as pa
@@ -20,9 +18,7 @@ import pyarrow.compute as pc
 
 from flamestream.errors import ConfigError
 from flamestream.spark.exec.items import BYTES_TAG, ITEM_SCHEMA, TEXT_TAG
-
-#: The internal option that carries a front stage (set by ``SparkGraph.apply``, not users).
-OPTION = "graphStage"
+from flamestream.spark.exec.shipping import ship, unship
 
 
 class FrontStage:
@@ -84,23 +80,3 @@ class FrontStage:
         stage = unship(value)
         assert isinstance(stage, FrontStage)  # noqa: S101
         return stage
-
-
-def ship(work: Any) -> str:
-    """Graph work (a stage's runner) as a data source option value: cloudpickle, zlib, base64.
-
-    Data sources run in Python processes of their own (planners on the driver host, tasks on
-    executors) that share nothing with the process that called ``apply``: an option is how
-    the work reaches them. ``apply`` makes the value; users never write it.
-    """
-    from pyspark import cloudpickle
-
-    pickled = cloudpickle.dumps(work)  # type: ignore[no-untyped-call]
-    return base64.b64encode(zlib.compress(pickled)).decode("ascii")
-
-
-def unship(value: str) -> Any:
-    """The work an option value made by :func:`ship` carries."""
-    from pyspark import cloudpickle
-
-    return cloudpickle.loads(zlib.decompress(base64.b64decode(value)))

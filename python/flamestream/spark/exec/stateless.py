@@ -76,6 +76,17 @@ class _Items:
         self.payloads: list[Any] = []
         self.flags: list[int] = []
 
+    def add(self, row: int, suffix: tuple[LocalTime, ...], payload: Any, flag: int) -> None:
+        """One more item."""
+        self.rows.append(row)
+        self.suffixes.append(suffix)
+        self.payloads.append(payload)
+        self.flags.append(flag)
+
+    def add_nth(self, items: _Items, nth: int, payload: Any, flag: int) -> None:
+        """``items``' ``nth`` item (its row and suffix) with ``payload`` and ``flag``."""
+        self.add(items.rows[nth], items.suffixes[nth], payload, flag)
+
 
 class StageRunner:
     """Applies one stage to Arrow batches of item rows (runs in executors' Python workers)."""
@@ -283,10 +294,7 @@ def _combined_any_order(
         zip(items.rows, items.suffixes, items.payloads, items.flags, strict=True)
     ):
         if flag or not isinstance(payload, Mapped):  # tombstones, replays: as they are
-            out.rows.append(row)
-            out.suffixes.append(suffix)
-            out.payloads.append(payload)
-            out.flags.append(flag)
+            out.add(row, suffix, payload, flag)
             continue
         key = payload.key
         held = best.get(key)
@@ -300,10 +308,7 @@ def _combined_any_order(
         here = (order[row], suffix)
         best[key] = (k, here) if here > there else (j, there)
     for key, (k, _) in best.items():
-        out.rows.append(items.rows[k])
-        out.suffixes.append(items.suffixes[k])
-        out.payloads.append(Mapped(key, values[key]))
-        out.flags.append(0)
+        out.add_nth(items, k, Mapped(key, values[key]), 0)
     return out
 
 
@@ -515,10 +520,7 @@ def _combined_in_order(items: _Items, reducer: Callable[[Any, Any], Any]) -> _It
     values: dict[Any, Any] = {}
     for k, (payload, flag) in enumerate(zip(items.payloads, items.flags, strict=True)):
         if flag or not isinstance(payload, Mapped):  # tombstones, replays: as they are
-            out.rows.append(items.rows[k])
-            out.suffixes.append(items.suffixes[k])
-            out.payloads.append(payload)
-            out.flags.append(flag)
+            out.add_nth(items, k, payload, flag)
             continue
         key = payload.key
         if key in values:
@@ -527,8 +529,5 @@ def _combined_in_order(items: _Items, reducer: Callable[[Any, Any], Any]) -> _It
             values[key] = payload.value
         last[key] = k
     for key, k in last.items():
-        out.rows.append(items.rows[k])
-        out.suffixes.append(items.suffixes[k])
-        out.payloads.append(Mapped(key, values[key]))
-        out.flags.append(0)
+        out.add_nth(items, k, Mapped(key, values[key]), 0)
     return out

@@ -103,9 +103,7 @@ class ExecutionPlan:
         Other cycles may hand an item to another key, whose state may live in another
         partition: those stages route such items through the loop channel.
         """
-        steps = self.graph
-        cyclic = any(p in stage.steps for sid in stage.steps for p in steps.producers(sid))
-        return not cyclic or reduce_step_of(steps, stage) is not None
+        return key_local(self.graph, stage)
 
     def reentry(self, stage: Stage) -> frozenset[str]:
         """The stage's steps from which an item reaches the grouping through merges only."""
@@ -212,10 +210,12 @@ def plan_execution(
             f"{len(sources)} sources: {', '.join(sources) or 'none'}",
             "merge several fronts into one DataFrame (union) and give the graph one source",
         )
+    sinks = tuple(sid for sid, step in graph.steps.items() if isinstance(step, Sink))
+    hosts = tails_of_keyed(graph, stages, cut) if fusion else {}
     return ExecutionPlan(
-        hosts=tails_of_keyed(graph, stages, cut) if fusion else {},
+        hosts=hosts,
         in_front=front_work(graph, stages, sources[0], cut) if fusion else None,
-        in_sink=sink_work(graph, stages, cut) if fusion else None,
+        in_sink=sink_work(graph, stages, hosts, sinks, cut) if fusion else None,
         graph=graph,
         fusion=fusion,
         release=release,
@@ -224,8 +224,14 @@ def plan_execution(
         keys=keyed_entries(graph, stages),
         precombine=precombiners(graph, stages) if release == "latest" else {},
         source=sources[0],
-        sinks=tuple(sid for sid, step in graph.steps.items() if isinstance(step, Sink)),
+        sinks=sinks,
     )
+
+
+def key_local(graph: LogicalGraph, stage: Stage) -> bool:
+    """Whether items coming round ``stage``'s cycle keep their key (map_reduce's do)."""
+    cyclic = any(p in stage.steps for sid in stage.steps for p in graph.producers(sid))
+    return not cyclic or reduce_step_of(graph, stage) is not None
 
 
 def tails_of_keyed(
@@ -284,7 +290,11 @@ def front_work(
 
 
 def sink_work(
-    graph: LogicalGraph, stages: list[Stage], cut: frozenset[tuple[str, str]]
+    graph: LogicalGraph,
+    stages: list[Stage],
+    hosts: Mapping[int, int],
+    sinks: tuple[str, ...],
+    cut: frozenset[tuple[str, str]],
 ) -> int | None:
     """The keyed stage a barrier sink's write tasks can run, or None.
 
@@ -298,17 +308,12 @@ def sink_work(
     if cut or not keyed:
         return None
     last = keyed[-1]
-    hosts = tails_of_keyed(graph, stages, cut)
     inside = set(last.steps).union(*(s.steps for s in stages if hosts.get(s.index) == last.index))
-    sinks = {sid for sid, step in graph.steps.items() if isinstance(step, Sink)}
     for sid in inside:
         step = graph.step(sid)
         outside = {graph.consumer(sid, port) for port in range(step.outputs)} - inside
-        if not outside <= sinks:
+        if not outside <= set(sinks):
             return None
     if any(p not in inside for sink in sinks for p in graph.producers(sink)):
         return None
-    cyclic = any(p in last.steps for sid in last.steps for p in graph.producers(sid))
-    if cyclic and reduce_step_of(graph, last) is None:  # items may change key: loop channel
-        return None
-    return last.index
+    return last.index if key_local(graph, last) else None  # else items change key: loop
