@@ -183,11 +183,11 @@ def test_combining_in_order_is_combining_by_meta(
     latest) folds the same values and keeps the same item as comparing metas does."""
     from flamestream.graph.mapreduce import Mapped
     from flamestream.model import LocalTime
-    from flamestream.spark.exec import stateless
+    from flamestream.spark.exec import combine
 
     # input rows 0..5 with increasing metas; items in (row, child) order unless shuffled
     order = [(10 + r, 0, b"") for r in range(6)]
-    items = stateless._Items()
+    items = combine.Items()
     ordered = sorted(enumerate(rows), key=lambda e: (e[1][0], e[0]))
     if shuffle:
         random.Random(len(rows)).shuffle(ordered)
@@ -196,11 +196,11 @@ def test_combining_in_order_is_combining_by_meta(
         items.suffixes.append((LocalTime(0, child),))
         items.payloads.append(Mapped(key, value))
         items.flags.append(MAY_INVALIDATE if replay else 0)
-    in_order = stateless._in_meta_order(order, items)
+    in_order = combine.in_meta_order(order, items)
     assert in_order or shuffle
-    general = stateless._combined_any_order(order, items, int.__add__)
+    general = combine.combined_any_order(order, items, int.__add__)
     if in_order:
-        fast = stateless._combined_in_order(items, int.__add__)
+        fast = combine.combined_in_order(items, int.__add__)
         assert combined_rows(fast) == combined_rows(general)
     combined = [p for p, f in zip(general.payloads, general.flags, strict=True) if not f]
     totals: dict[str, int] = {}
@@ -213,3 +213,102 @@ def test_combining_in_order_is_combining_by_meta(
 def combined_rows(items: Any) -> list[tuple[Any, ...]]:
     rows = zip(items.rows, items.suffixes, map(repr, items.payloads), items.flags, strict=True)
     return sorted(rows)
+
+
+def pairs_graph(mapper: Any, *, fan_in: bool) -> Dataflow:
+    """Lines split into words, map_reduce'd with ``mapper`` and ``+``, rendered to a sink.
+
+    ``fan_in``: every word reaches the grouping twice, by two producers (a broadcast's
+    copies merged again), so the items in the map's queue are not in meta order.
+    """
+    from operator import add
+
+    from flamestream import map_reduce
+
+    flow = Dataflow("pairs")
+    words = flow.flat_map("split", flow.source("lines"), str.split)
+    if fan_in:
+        # port 0's copies reach the merge after port 1's (one step more) yet order first
+        left, right = flow.broadcast("copy", words, 2)
+        words = flow.merge("again", flow.map("same", left, str.lower), right)
+    counts = map_reduce(flow, "count", words, mapper=mapper, reducer=add, commutative=True)
+    flow.sink("out", flow.map("render", counts, lambda r: f"{r.key}={r.value}"))
+    return flow
+
+
+def _pair(word: str) -> tuple[str, int]:
+    return word, len(word)
+
+
+def _pair_as_list(word: str) -> list[Any]:
+    return [word, 1]
+
+
+def _unhashable_for_z(word: str) -> tuple[Any, int]:
+    return ([word] if word.startswith("z") else word), 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    lines=st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(["a", "bb", "a", "c", "zz"]), max_size=6),
+            st.integers(0, 3),  # ts step (0: same ts as the row before)
+            st.sampled_from([0, 0, 0, MAY_INVALIDATE, MAY_INVALIDATE | TOMBSTONE]),
+        ),
+        max_size=12,
+    ),
+    mapper=st.sampled_from([_pair, _pair_as_list, _unhashable_for_z]),
+    latest=st.booleans(),
+    fan_in=st.booleans(),
+)
+def test_pairs_path_sends_what_the_general_path_sends(
+    lines: list[tuple[list[str], int, int]], mapper: Any, latest: bool, fan_in: bool
+):
+    """map_reduce's map sending (key, value) pairs to the grouping's exit (combined there
+    with release="latest", encoded as they are otherwise), and trusting the order the items
+    are known to have, sends the same rows, byte for byte, as making a Mapped item per pair
+    and checking the order item by item; and raises the same error for an unhashable key."""
+    import pytest
+
+    from flamestream.spark.exec import stateless
+    from flamestream.spark.plan.stages import precombiners
+
+    graph = pairs_graph(mapper, fan_in=fan_in).build()
+    stages = plan_stages(graph)
+    first = stages[0]  # producers first: split and the map, up to the grouping
+    assert "count.map" in first.steps
+    precombine = precombiners(graph, stages) if latest else {}
+    runner = StageRunner(graph, first, keyed_entries(graph, stages), precombine=precombine)
+    ts, rows = 0, []
+    for n, (words, step, flag) in enumerate(lines):
+        ts += step
+        rows.append(
+            {
+                "ts": ts,
+                "front": 0,
+                "trace": b"",
+                "flags": flag,
+                "source": "in.txt",
+                "position": n,
+                "to": graph.consumer("lines"),
+                "key": None,
+                "payload": None if flag & TOMBSTONE else encode_payload(" ".join(words)),
+                "value": None,
+            }
+        )
+    batch = pa.RecordBatch.from_pylist(rows, schema=ITEM_SCHEMA)
+
+    def outcome() -> Any:
+        try:
+            return runner.run(batch).to_pylist()
+        except Exception as exc:  # the same error either way: type and message
+            return type(exc).__name__, str(exc)
+
+    fast = outcome()
+    with pytest.MonkeyPatch.context() as patch:
+        # the general path: Mapped items, and no order known before it is checked per item
+        patch.setattr(stateless, "_all_pairs", lambda results: False)
+        patch.setattr(stateless, "rows_in_meta_order", lambda metas: False)
+        general = outcome()
+    assert fast == general

@@ -51,12 +51,17 @@ def _identity(value: Any) -> Any:
 
 
 @dataclass(frozen=True, slots=True)
-class _MapStep:
-    """Wraps the user's mapper so its (key, value) pair becomes a :class:`Mapped` item."""
+class MapStep:
+    """Wraps the user's mapper so its (key, value) pair becomes a :class:`Mapped` item.
+
+    Public so runtimes can recognize map_reduce's map step (``isinstance(fn, MapStep)``) and
+    call ``mapper`` themselves, e.g. to combine pairs before making items of them.
+    """
 
     mapper: Callable[[Any], tuple[Any, Any]]
 
     def __call__(self, payload: Any) -> Mapped[Any, Any]:
+        """The mapped item of ``payload``."""
         key, value = self.mapper(payload)
         return Mapped(key, value)
 
@@ -156,7 +161,7 @@ def map_reduce(
                 f"{type(fn).__name__} {fn!r}",
                 "map_reduce(..., mapper=lambda x: (key, value), reducer=lambda acc, v: ...)",
             )
-    (mapped,) = flow.add_step(Map(f"{step_id}.map", _MapStep(mapper)), up)
+    (mapped,) = flow.add_step(Map(f"{step_id}.map", MapStep(mapper)), up)
     (merged,) = flow.add_step(Merge(f"{step_id}.merge"), mapped)
     (tuples,) = flow.add_step(Grouping(f"{step_id}.grouping", 2, mapped_key), merged)
     # Every version of a tuple ends in a version of the same last item, mapped or reduced

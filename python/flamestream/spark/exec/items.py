@@ -107,7 +107,8 @@ TEXT_TAG, BYTES_TAG, PICKLE_TAG = b"s", b"b", b"p"
 MAPPED_TAG, REDUCED_TAG = b"m", b"r"
 
 
-_PICKLE = pickle.HIGHEST_PROTOCOL
+#: The pickle protocol of encoded payloads and keys.
+PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 
 def encode_payload(payload: Any) -> bytes:
@@ -124,10 +125,10 @@ def encode_payload(payload: Any) -> bytes:
         return BYTES_TAG + payload
     kind = type(payload)
     if kind is Mapped:
-        return MAPPED_TAG + pickle.dumps((payload.key, payload.value), _PICKLE)
+        return MAPPED_TAG + pickle.dumps((payload.key, payload.value), PICKLE_PROTOCOL)
     if kind is Reduced:
-        return REDUCED_TAG + pickle.dumps((payload.key, payload.value), _PICKLE)
-    return PICKLE_TAG + pickle.dumps(payload, protocol=_PICKLE)
+        return REDUCED_TAG + pickle.dumps((payload.key, payload.value), PICKLE_PROTOCOL)
+    return PICKLE_TAG + pickle.dumps(payload, protocol=PICKLE_PROTOCOL)
 
 
 def encode_key(key: Any) -> bytes:
@@ -148,7 +149,7 @@ def encode_key(key: Any) -> bytes:
     if type(key) is bytes:
         return BYTES_TAG + key
     hash(key)  # the grouping's buckets are a dict: only hashable keys work there
-    return PICKLE_TAG + pickle.dumps(key, protocol=_PICKLE)
+    return PICKLE_TAG + pickle.dumps(key, protocol=PICKLE_PROTOCOL)
 
 
 def decode_payload(data: bytes | None) -> Any:

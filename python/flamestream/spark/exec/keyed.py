@@ -19,7 +19,6 @@ batch id and the state lives for the task only.
 
 from __future__ import annotations
 
-import gc
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -41,6 +40,7 @@ from flamestream.spark.durable import (
 )
 from flamestream.spark.durable.loop import LoopStore
 from flamestream.spark.exec.fastpath import Leaving, MapReduceCycle
+from flamestream.spark.exec.gc_pause import gc_paused
 from flamestream.spark.exec.items import (
     MAY_INVALIDATE,
     TOMBSTONE,
@@ -124,17 +124,11 @@ class KeyedRunner:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """All of the partition's rows, in meta order, then the rows leaving the stage.
 
-        Python's cyclic garbage collector is paused meanwhile: the state holds every item of
-        the batch until the end-of-batch GC, and the collector kept re-scanning them (about
-        40% of the stage's time); nothing here makes reference cycles that need it.
+        The cyclic garbage collector is paused meanwhile (see :mod:`.gc_pause`): the state
+        holds every item of the batch, and the collector kept re-scanning them.
         """
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with gc_paused():
             yield from self._partition(batches)
-        finally:
-            if was_enabled:
-                gc.enable()
 
     def _partition(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """One keyed task, step by step.

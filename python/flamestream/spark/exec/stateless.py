@@ -15,6 +15,7 @@ trace, a tombstone stays a tombstone, a dropped replayed item becomes one.
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -24,7 +25,7 @@ import pyarrow.compute as pc
 
 from flamestream.errors import GraphError, StepError, UnhashableKeyError
 from flamestream.graph.logical import LogicalGraph
-from flamestream.graph.mapreduce import Mapped
+from flamestream.graph.mapreduce import MapStep, mapped_key
 from flamestream.graph.steps import (
     Broadcast,
     Filter,
@@ -37,9 +38,13 @@ from flamestream.graph.steps import (
 )
 from flamestream.model import GlobalTime, LocalTime
 from flamestream.runtime.grouping import is_hashable
+from flamestream.spark.exec.combine import Items, combined, rows_in_meta_order
+from flamestream.spark.exec.gc_pause import gc_paused
 from flamestream.spark.exec.items import (
     ITEM_SCHEMA,
+    MAPPED_TAG,
     MAY_INVALIDATE,
+    PICKLE_PROTOCOL,
     TOMBSTONE,
     decode_payload,
     encode_key,
@@ -63,29 +68,6 @@ def render_default(payload: Any) -> str:
     if isinstance(payload, bytes):
         return payload.decode("utf-8", "backslashreplace")
     return repr(payload)
-
-
-class _Items:
-    """Items on their way to one step: parallel lists (input row, trace suffix, payload, flags)."""
-
-    __slots__ = ("flags", "payloads", "rows", "suffixes")
-
-    def __init__(self) -> None:
-        self.rows: list[int] = []
-        self.suffixes: list[tuple[LocalTime, ...]] = []
-        self.payloads: list[Any] = []
-        self.flags: list[int] = []
-
-    def add(self, row: int, suffix: tuple[LocalTime, ...], payload: Any, flag: int) -> None:
-        """One more item."""
-        self.rows.append(row)
-        self.suffixes.append(suffix)
-        self.payloads.append(payload)
-        self.flags.append(flag)
-
-    def add_nth(self, items: _Items, nth: int, payload: Any, flag: int) -> None:
-        """``items``' ``nth`` item (its row and suffix) with ``payload`` and ``flag``."""
-        self.add(items.rows[nth], items.suffixes[nth], payload, flag)
 
 
 class StageRunner:
@@ -116,35 +98,46 @@ class StageRunner:
 
     def run(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """The stage's output rows for one batch of input rows."""
-        queues = {sid: _Items() for sid in self.stage.steps}
-        targets = batch.column("to").to_pylist()
-        payloads = batch.column("payload").to_pylist()
-        flags = batch.column("flags").to_pylist()
-        leaving: dict[str, _Items] = {}
-        for row, (to, payload, flag) in enumerate(zip(targets, payloads, flags, strict=True)):
+        with gc_paused():  # see gc_pause: the batch's items made the collector re-scan
+            return self._run(batch)
+
+    def _run(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        queues = {sid: Items() for sid in self.stage.steps}
+        leaving: dict[str, Items] = {}
+        for to, items in self._entering(batch).items():
             # rows for a step outside the stage pass through (a stage may only add keys)
-            queue = queues.get(to) or leaving.setdefault(to, _Items())
-            queue.rows.append(row)
-            queue.suffixes.append(())
-            queue.payloads.append(decode_payload(payload))
-            queue.flags.append(flag)
+            (queues.get(to) or leaving.setdefault(to, Items())).take(items)
         for step in self.steps:
             outputs = self._apply(step, queues[step.step_id], batch)
             for port, items in enumerate(outputs):
                 dest = self.consumers[step.step_id][port]
-                queue = queues.get(dest) or leaving.setdefault(dest, _Items())
-                queue.rows += items.rows
-                queue.suffixes += items.suffixes
-                queue.payloads += items.payloads
-                queue.flags += items.flags
+                (queues.get(dest) or leaving.setdefault(dest, Items())).take(items)
         return self._rows(batch, leaving)
 
-    def _apply(self, step: Step, items: _Items, batch: pa.RecordBatch) -> list[_Items]:
-        """Outputs per port of ``step`` for ``items``."""
+    def _entering(self, batch: pa.RecordBatch) -> dict[str, Items]:
+        """The batch's rows as items, per step they go to, with their payloads decoded.
+
+        Whether they are in meta order matters only to a map-side combine: asked only then.
+        """
+        ordered = bool(self.precombine) and rows_in_meta_order(_row_metas(batch))
+        entering: dict[str, Items] = {}
+        targets = batch.column("to").to_pylist()
+        payloads = batch.column("payload").to_pylist()
+        flags = batch.column("flags").to_pylist()
+        for row, (to, payload, flag) in enumerate(zip(targets, payloads, flags, strict=True)):
+            items = entering.get(to)
+            if items is None:
+                items = entering[to] = Items(ordered=ordered)
+            items.add(row, (), decode_payload(payload), flag)
+        return entering
+
+    def _apply(self, step: Step, items: Items, batch: pa.RecordBatch) -> list[Items]:
+        """Outputs per port of ``step`` for ``items``; each keeps the items' order."""
+        items.materialize()
         if isinstance(step, Broadcast):
             copies = []
             for port in range(step.n):
-                out = _Items()
+                out = Items(ordered=items.ordered)
                 local = LocalTime(0, port)
                 out.rows = list(items.rows)
                 out.suffixes = _extended(items.suffixes, local)
@@ -152,16 +145,14 @@ class StageRunner:
                 out.flags = list(items.flags)
                 copies.append(out)
             return copies
-        out = _Items()
+        out = Items(ordered=items.ordered)
         if isinstance(step, Merge):
             out.rows, out.payloads, out.flags = items.rows, items.payloads, items.flags
             out.suffixes = _extended(items.suffixes, _STATELESS_LOCAL)
             return [out]
         if isinstance(step, Map):
-            fn = step.fn
-            results = self._call(step, items, batch, fn)
             out.rows, out.flags = items.rows, items.flags
-            out.payloads = results
+            out.payloads, out.pairs = self._mapped(step, items, batch)
             out.suffixes = _extended(items.suffixes, _STATELESS_LOCAL)
             return [out]
         if isinstance(step, Filter):
@@ -208,13 +199,18 @@ class StageRunner:
         raise GraphError(step.step_id, "a stateless step", step.kind, msg)
 
     def _call(
-        self, step: Step, items: _Items, batch: pa.RecordBatch, fn: Callable[[Any], Any]
+        self, step: Step, items: Items, batch: pa.RecordBatch, fn: Callable[[Any], Any]
     ) -> list[Any]:
         """``fn`` over the items' payloads; tombstones pass untouched (as if kept).
 
         A raising user function fails the task with :class:`StepError` naming the step, the
         item's global time and its determinant (the front record it descends from).
         """
+        if not any(items.flags):  # no tombstones: one C-level map over the payloads
+            try:
+                return list(map(fn, items.payloads))
+            except Exception:  # noqa: S110 - the loop below finds and names the item
+                pass
         results: list[Any] = []
         append = results.append
         try:
@@ -231,88 +227,73 @@ class StageRunner:
             ) from exc
         return results
 
-    def _rows(self, batch: pa.RecordBatch, leaving: dict[str, _Items]) -> pa.RecordBatch:
+    def _rows(self, batch: pa.RecordBatch, leaving: dict[str, Items]) -> pa.RecordBatch:
         """The item rows leaving the stage, for the steps after it (sinks get ``value``)."""
         rows: list[int] = []
-        traces: list[bytes] = []
+        suffixes: list[tuple[LocalTime, ...]] = []
         flags: list[int] = []
-        old_traces = batch.column("trace").to_pylist()
-        suffix_bytes: dict[int, bytes] = {}  # by id: suffixes are shared tuples (_extended)
         out = self.exits.builder()
         for dest in [d for d in leaving if d in self.precombine]:
-            leaving[dest] = self._combined(batch, leaving[dest], self.precombine[dest])
+            metas = partial(_row_metas, batch)
+            leaving[dest] = combined(metas, leaving[dest], self.precombine[dest])
         for dest, items in leaving.items():
-            for row, suffix in zip(items.rows, items.suffixes, strict=True):
-                encoded = suffix_bytes.get(id(suffix))
-                if encoded is None:
-                    encoded = suffix_bytes[id(suffix)] = encode_trace(suffix)
-                traces.append(old_traces[row] + encoded)
+            where = partial(_nth_determinant, batch, items)
+            if not (items.pairs and out.extend_pairs(dest, items.payloads, items.flags, where)):
+                items.materialize()
+                out.extend(dest, items.payloads, items.flags, where)
             rows += items.rows
+            suffixes += items.suffixes
             flags += items.flags
-            out.extend(dest, items.payloads, items.flags, partial(_nth_determinant, batch, items))
         taken = pa.array(rows, pa.int64())
         return out.batch(
             pc.take(batch.column("ts"), taken),
             pc.take(batch.column("front"), taken),
-            pa.array(traces, pa.binary()),
+            _traces(pc.take(batch.column("trace"), taken), suffixes),
             pa.array(flags, pa.int8()),
             pc.take(batch.column("source"), taken),
             pc.take(batch.column("position"), taken),
         )
 
-    @staticmethod
-    def _combined(
-        batch: pa.RecordBatch, items: _Items, reducer: Callable[[Any, Any], Any]
-    ) -> _Items:
-        """Mapped items of one key folded into one, with the meta of the latest of them.
+    def _mapped(self, step: Map, items: Items, batch: pa.RecordBatch) -> tuple[list[Any], bool]:
+        """A map's results, and whether they are map_reduce's pairs (see :mod:`.combine`).
 
-        Only with ``release="latest"`` and a reducer declared commutative: the key's value at
-        the end of the tick is the same, whichever items were combined where.
+        map_reduce's map sends ``(key, value)`` pairs instead of ``Mapped`` items when they
+        leave the stage for its grouping next (to be encoded, maybe combined first), and the
+        mapper returned 2-tuples throughout (anything else goes the general way, which raises
+        what ``Mapped`` construction would).
         """
-        order = list(  # per input row: how its meta orders (the suffix comes after)
-            zip(
-                batch.column("ts").to_pylist(),
-                batch.column("front").to_pylist(),
-                batch.column("trace").to_pylist(),
-                strict=True,
-            )
-        )
-        if _in_meta_order(order, items):  # then a key's latest item is its last one
-            return _combined_in_order(items, reducer)
-        return _combined_any_order(order, items, reducer)
+        fn, dest = step.fn, self.consumers[step.step_id][0]
+        if isinstance(fn, MapStep) and (
+            dest in self.precombine or self.exits.keys.get(dest) is mapped_key
+        ):
+            pairs = self._call(step, items, batch, fn.mapper)
+            if _all_pairs(pairs):
+                return pairs, True
+        return self._call(step, items, batch, fn), False
 
 
-def _combined_any_order(
-    order: list[tuple[Any, ...]], items: _Items, reducer: Callable[[Any, Any], Any]
-) -> _Items:
-    """:meth:`StageRunner._combined` for items in any order: metas compared per key."""
-    # key -> index of its latest item, and that item's (row order, suffix) once compared
-    best: dict[Any, tuple[int, Any]] = {}
-    values: dict[Any, Any] = {}
-    out = _Items()
-    for k, (row, suffix, payload, flag) in enumerate(
-        zip(items.rows, items.suffixes, items.payloads, items.flags, strict=True)
-    ):
-        if flag or not isinstance(payload, Mapped):  # tombstones, replays: as they are
-            out.add(row, suffix, payload, flag)
-            continue
-        key = payload.key
-        held = best.get(key)
-        if held is None:
-            values[key], best[key] = payload.value, (k, None)
-            continue
-        values[key] = reducer(values[key], payload.value)
-        j, there = held
-        if there is None:
-            there = (order[items.rows[j]], items.suffixes[j])
-        here = (order[row], suffix)
-        best[key] = (k, here) if here > there else (j, there)
-    for key, (k, _) in best.items():
-        out.add_nth(items, k, Mapped(key, values[key]), 0)
-    return out
+def _traces(before: pa.Array, suffixes: list[tuple[LocalTime, ...]]) -> pa.Array:
+    """Each trace with its item's suffix appended (suffixes are shared tuples: by identity)."""
+    distinct = {id(suffix): suffix for suffix in suffixes}
+    encoded = {key: encode_trace(suffix) for key, suffix in distinct.items()}
+    after = pa.array(list(map(encoded.__getitem__, map(id, suffixes))), pa.binary())
+    return pc.binary_join_element_wise(before, after, pa.scalar(b"", pa.binary()))
 
 
-def _nth_determinant(batch: pa.RecordBatch, items: _Items, nth: int) -> tuple[GlobalTime, Any]:
+def _all_pairs(results: list[Any]) -> bool:
+    """Whether every result is a 2-tuple (or None, a tombstone's)."""
+    if set(map(type, results)) == {tuple}:  # the common case, checked at C speed
+        return set(map(len, results)) <= {2}
+    return all(type(r) is tuple and len(r) == 2 for r in results if r is not None)
+
+
+def _row_metas(batch: pa.RecordBatch) -> list[tuple[Any, ...]]:
+    """Per input row, how its meta orders: ``(ts, front, trace)`` (item suffixes come after)."""
+    columns = (batch.column(name).to_pylist() for name in ("ts", "front", "trace"))
+    return list(zip(*columns, strict=True))
+
+
+def _nth_determinant(batch: pa.RecordBatch, items: Items, nth: int) -> tuple[GlobalTime, Any]:
     """The global time and determinant of the ``nth`` of ``items`` (for error messages)."""
     return _determinant(batch, items.rows[nth])
 
@@ -434,6 +415,32 @@ class ExitRows:
         self.payloads += encoded
         self.values += values
 
+    def extend_pairs(
+        self,
+        dest: str,
+        pairs: Sequence[tuple[Any, Any]],
+        flags: Sequence[int],
+        where: Callable[[int], tuple[GlobalTime, Any]],
+    ) -> bool:
+        """What ``extend`` does for the ``Mapped`` items of ``pairs``, without making them.
+
+        Only for items entering map_reduce's grouping (keyed by ``mapped_key``), none
+        flagged; False (nothing added) otherwise, or when a key fails to encode: ``extend``
+        on the items then raises what it raises.
+        """
+        if self.exits.keys.get(dest) is not mapped_key or any(flags):
+            return False
+        try:
+            keys: list[bytes | None] = [encode_key(key) for key, _ in pairs]
+        except Exception:  # the caller's extend names the item and the key
+            return False
+        count = len(pairs)
+        self.targets += [dest] * count
+        self.keys += keys
+        self.payloads += [MAPPED_TAG + pickle.dumps(pair, PICKLE_PROTOCOL) for pair in pairs]
+        self.values += [None] * count
+        return True
+
     def batch(self, *meta: pa.Array) -> pa.RecordBatch:
         """The rows, given their ts, front, trace, flags, source and position columns."""
         columns = [
@@ -469,15 +476,9 @@ def _extended(
     Items of a batch carry only a handful of distinct suffixes, so extending each distinct
     one once (keyed by identity: the lists hold shared tuples) saves a tuple per item.
     """
-    cache: dict[int, tuple[LocalTime, ...]] = {}
-    out: list[tuple[LocalTime, ...]] = []
-    append = out.append
-    for suffix in suffixes:
-        longer = cache.get(id(suffix))
-        if longer is None:
-            longer = cache[id(suffix)] = (*suffix, local)
-        append(longer)
-    return out
+    distinct = {id(suffix): suffix for suffix in suffixes}
+    longer = {key: (*suffix, local) for key, suffix in distinct.items()}
+    return list(map(longer.__getitem__, map(id, suffixes)))
 
 
 _CHILD_LOCALS = tuple(LocalTime(0, child) for child in range(64))
@@ -495,39 +496,3 @@ def _tombstone_result(step: Step) -> Any:
     if isinstance(step, FlatMap):
         return [None]
     return None
-
-
-def _in_meta_order(order: list[tuple[Any, ...]], items: _Items) -> bool:
-    """Whether ``items`` come in meta order (as a front's rows through a chain of steps do).
-
-    ``order`` holds each input row's meta; an item's meta is its row's, then its suffix.
-    """
-    rows, suffixes = items.rows, items.suffixes
-    for k in range(1, len(rows)):
-        a, b = rows[k - 1], rows[k]
-        if a == b:
-            if not suffixes[k - 1] < suffixes[k]:
-                return False
-        elif not order[a] < order[b]:
-            return False
-    return True
-
-
-def _combined_in_order(items: _Items, reducer: Callable[[Any, Any], Any]) -> _Items:
-    """:meth:`StageRunner._combined` for items in meta order: a key's latest is its last."""
-    out = _Items()
-    last: dict[Any, int] = {}  # key -> index of its last (latest) mapped item
-    values: dict[Any, Any] = {}
-    for k, (payload, flag) in enumerate(zip(items.payloads, items.flags, strict=True)):
-        if flag or not isinstance(payload, Mapped):  # tombstones, replays: as they are
-            out.add_nth(items, k, payload, flag)
-            continue
-        key = payload.key
-        if key in values:
-            values[key] = reducer(values[key], payload.value)
-        else:
-            values[key] = payload.value
-        last[key] = k
-    for key, k in last.items():
-        out.add_nth(items, k, Mapped(key, values[key]), 0)
-    return out
