@@ -284,3 +284,53 @@ def test_map_reduce_cycle_is_recognized_after_the_graph_travels_to_workers():
     stage = next(s for s in travelled.stages if s.grouping)
     assert is_map_reduce_grouping(travelled.graph.step(stage.grouping))
     assert MapReduceCycle.of(travelled.graph, stage) is not None
+
+
+def with_render_tail(reducer: str, *, handed: bool) -> Any:
+    """``flow(reducer)`` with a render step and a filter after the cycle (the stage's tail),
+    as the sink's task runs them: handing the tail the payload objects or the encoded rows."""
+    from flamestream.spark.exec.tails import WithTails
+
+    combine, initial, commutative = REDUCERS[reducer]
+    made = Dataflow("mr")
+    extra = {} if initial is None else {"initial": initial}
+    counts = map_reduce(
+        made,
+        "count",
+        made.source("pairs"),
+        mapper=lambda p: p,
+        reducer=combine,
+        commutative=commutative,
+        **extra,
+    )
+    shown = made.map("show", counts, lambda r: f"{r.key}:{r.value}")
+    made.sink("out", made.filter("short", shown, lambda text: len(text) < 9))
+    graph = SparkGraph(made)
+    (stage,) = [s for s in graph.stages if s.grouping]
+    keyed = KeyedRunner(graph.graph, stage, graph.keys, graph.render)
+    task = WithTails(keyed, [graph._runner(t, named=False) for t in graph.plan.tails(stage)])
+    if not handed:
+        keyed.exits.handed = frozenset()
+    return task
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), reducer=st.sampled_from(sorted(REDUCERS)))
+def test_tails_handed_objects_release_what_encoded_rows_release(data, reducer):
+    """The keyed stage hands its tails payload objects instead of encoded rows: the rows
+    leaving the tails are the same, batch after batch, replays and tombstones included."""
+    script = data.draw(batches(reducer))
+    tasks = [with_render_tail(reducer, handed=h) for h in (True, False)]
+    g = tasks[0].keyed.grouping
+    states = [GroupingState(g.step_id, g.window, g.key) for _ in tasks]
+    for events, _ in script:
+        if not events:
+            continue
+        outputs = []
+        for task, state in zip(tasks, states, strict=True):
+            rows = task.keyed._run(table(events), state)
+            handed = task.keyed.handed_payloads
+            outputs.append([b.to_pylist() for b in task.through_tails(rows, handed)])
+        assert outputs[0] == outputs[1]
+        assert tasks[0].keyed.handed_payloads is not None
+        assert tasks[1].keyed.handed_payloads is None

@@ -142,8 +142,11 @@ class Leaving:
 
     def batch(
         self, exits: Exits, determinants: Mapping[GlobalTime, tuple[Any, Any]]
-    ) -> pa.RecordBatch:
-        """The leaving rows, each with the determinant of its global time (if this batch had it)."""
+    ) -> tuple[pa.RecordBatch, list[Any] | None]:
+        """The leaving rows, with the determinant of each one's global time (if known).
+
+        Also the payload objects of rows for ``exits.handed`` destinations (by row).
+        """
         out = exits.builder()
         wheres = self.wheres
         last: tuple[int, int] | None = None
@@ -165,7 +168,7 @@ class Leaving:
             located = partial(self._where, start, sources, positions)
             out.extend(dest, self.payloads[start:stop], self.flags[start:stop], located)
             start = stop
-        return out.batch(
+        rows = out.batch(
             pa.array(self.times, pa.int64()),
             pa.array(self.fronts, pa.int32()),
             pa.array(self.traces, pa.binary()),
@@ -173,6 +176,7 @@ class Leaving:
             pa.array(sources, pa.string()),
             pa.array(positions, pa.int64()),
         )
+        return rows, out.objects
 
     def _where(
         self, start: int, sources: list[Any], positions: list[Any], nth: int

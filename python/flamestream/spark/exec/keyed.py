@@ -120,6 +120,8 @@ class KeyedRunner:
         self._router: LoopRouter | None = None  # the current task's, when it has a loop
         self._task = (0, -1)  # the current task's (partition, batch id)
         self._layout: Layout | None = None  # the current batch's, when elastic
+        #: the payload objects of the last batch's rows for ``exits.handed`` destinations
+        self.handed_payloads: list[Any] | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """All of the partition's rows, in meta order, then the rows leaving the stage.
@@ -248,7 +250,7 @@ class KeyedRunner:
         if self.latest:
             leaving = leaving.latest(self.grouping.key)
         # a replayed tuple ends at an item of an earlier batch: its determinant is the state's
-        out = leaving.batch(self.exits, _Known(determinants, state))
+        out, self.handed_payloads = leaving.batch(self.exits, _Known(determinants, state))
         state.note_where(determinants.items())
         return out
 

@@ -96,15 +96,19 @@ class StageRunner:
             if batch.num_rows:
                 yield self.run(batch)
 
-    def run(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """The stage's output rows for one batch of input rows."""
-        with gc_paused():  # see gc_pause: the batch's items made the collector re-scan
-            return self._run(batch)
+    def run(self, batch: pa.RecordBatch, payloads: list[Any] | None = None) -> pa.RecordBatch:
+        """The stage's output rows for one batch of input rows.
 
-    def _run(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        ``payloads``: the rows' payloads as objects already (a keyed stage hands its tails
+        what it made, see :class:`~.tails.WithTails`); otherwise decoded from ``payload``.
+        """
+        with gc_paused():  # see gc_pause: the batch's items made the collector re-scan
+            return self._run(batch, payloads)
+
+    def _run(self, batch: pa.RecordBatch, payloads: list[Any] | None) -> pa.RecordBatch:
         queues = {sid: Items() for sid in self.stage.steps}
         leaving: dict[str, Items] = {}
-        for to, items in self._entering(batch).items():
+        for to, items in self._entering(batch, payloads).items():
             # rows for a step outside the stage pass through (a stage may only add keys)
             (queues.get(to) or leaving.setdefault(to, Items())).take(items)
         for step in self.steps:
@@ -114,21 +118,29 @@ class StageRunner:
                 (queues.get(dest) or leaving.setdefault(dest, Items())).take(items)
         return self._rows(batch, leaving)
 
-    def _entering(self, batch: pa.RecordBatch) -> dict[str, Items]:
+    def _entering(self, batch: pa.RecordBatch, payloads: list[Any] | None) -> dict[str, Items]:
         """The batch's rows as items, per step they go to, with their payloads decoded.
 
         Whether they are in meta order matters only to a map-side combine: asked only then.
         """
         ordered = bool(self.precombine) and rows_in_meta_order(_row_metas(batch))
-        entering: dict[str, Items] = {}
-        targets = batch.column("to").to_pylist()
-        payloads = batch.column("payload").to_pylist()
+        if payloads is None:
+            payloads = list(map(decode_payload, batch.column("payload").to_pylist()))
         flags = batch.column("flags").to_pylist()
-        for row, (to, payload, flag) in enumerate(zip(targets, payloads, flags, strict=True)):
+        targets = batch.column("to").unique()
+        if len(targets) == 1:  # the common case: every row for one step, in bulk
+            every = Items(ordered=ordered)
+            every.rows, every.suffixes = list(range(batch.num_rows)), [()] * batch.num_rows
+            every.payloads, every.flags = payloads, flags
+            return {targets[0].as_py(): every}
+        entering: dict[str, Items] = {}
+        for row, (to, payload, flag) in enumerate(
+            zip(batch.column("to").to_pylist(), payloads, flags, strict=True)
+        ):
             items = entering.get(to)
             if items is None:
                 items = entering[to] = Items(ordered=ordered)
-            items.add(row, (), decode_payload(payload), flag)
+            items.add(row, (), payload, flag)
         return entering
 
     def _apply(self, step: Step, items: Items, batch: pa.RecordBatch) -> list[Items]:
@@ -316,6 +328,9 @@ class Exits:
         self.sinks = {sid for sid, step in graph.steps.items() if isinstance(step, Sink)}
         self.keys = dict(keys)
         self.render = render
+        #: destinations whose payloads are handed on as objects, not encoded: the entries of
+        #: tails that run in the same task, on what the stage yields (see ``WithTails``)
+        self.handed: frozenset[str] = frozenset()
         #: per keyed entry, the grouping whose key function it applies (for errors)
         self.groupings = {dest: _grouping_of(graph, dest, fn) for dest, fn in self.keys.items()}
 
@@ -352,6 +367,9 @@ class ExitRows:
         self.keys: list[bytes | None] = []
         self.payloads: list[bytes | None] = []
         self.values: list[str | None] = []
+        #: per row, the payload object of a row for a handed destination (else None); None
+        #: when the exits hand nothing on
+        self.objects: list[Any] | None = [] if exits.handed else None
 
     def add(
         self, dest: str, payload: Any, flag: int, where: Callable[[], tuple[GlobalTime, Any]]
@@ -359,6 +377,9 @@ class ExitRows:
         """One leaving item; ``where()`` gives its time and determinant for errors."""
         self.targets.append(dest)
         key_fn = self.exits.keys.get(dest)
+        handed = dest in self.exits.handed
+        if self.objects is not None:
+            self.objects.append(payload if handed and not flag & TOMBSTONE else None)
         if flag & TOMBSTONE:  # no payload, no key: one entering a keyed stage goes everywhere
             self.keys.append(None)
             self.payloads.append(None)
@@ -371,6 +392,9 @@ class ExitRows:
         if dest in self.exits.sinks:
             self.payloads.append(None)
             self.values.append(self.exits.render(payload))
+        elif handed:
+            self.payloads.append(None)
+            self.values.append(None)
         else:
             self.payloads.append(encode_payload(payload))
             self.values.append(None)
@@ -403,6 +427,8 @@ class ExitRows:
                 render = self.exits.render
                 values: list[str | None] = [render(payload) for payload in payloads]
                 encoded: list[bytes | None] = [None] * count
+            elif dest in self.exits.handed:
+                encoded, values = [None] * count, [None] * count
             else:
                 encoded = [encode_payload(payload) for payload in payloads]
                 values = [None] * count
@@ -414,6 +440,8 @@ class ExitRows:
         self.keys += keys
         self.payloads += encoded
         self.values += values
+        if self.objects is not None:
+            self.objects += payloads if dest in self.exits.handed else [None] * count
 
     def extend_pairs(
         self,
@@ -439,6 +467,8 @@ class ExitRows:
         self.keys += keys
         self.payloads += [MAPPED_TAG + pickle.dumps(pair, PICKLE_PROTOCOL) for pair in pairs]
         self.values += [None] * count
+        if self.objects is not None:
+            self.objects += [None] * count
         return True
 
     def batch(self, *meta: pa.Array) -> pa.RecordBatch:
