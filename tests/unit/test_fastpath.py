@@ -58,21 +58,25 @@ REDUCERS: dict[str, tuple[Callable[[Any, Any], Any], Callable[[Any], Any] | None
 }
 
 
-def flow(reducer: str) -> Dataflow:
+def reduced(made: Dataflow, reducer: str) -> Any:
+    """``made``'s source of pairs map_reduce'd with ``reducer``: the stream of reduced items."""
     combine, initial, commutative = REDUCERS[reducer]
-    flow = Dataflow("mr")
     extra = {} if initial is None else {"initial": initial}
-    counts = map_reduce(
-        flow,
+    return map_reduce(
+        made,
         "count",
-        flow.source("pairs"),
+        made.source("pairs"),
         mapper=lambda p: p,
         reducer=combine,
         commutative=commutative,
         **extra,
     )
-    flow.sink("out", counts)
-    return flow
+
+
+def flow(reducer: str) -> Dataflow:
+    made = Dataflow("mr")
+    made.sink("out", reduced(made, reducer))
+    return made
 
 
 def runner(reducer: str, *, latest: bool, fast: bool) -> KeyedRunner:
@@ -291,19 +295,8 @@ def with_render_tail(reducer: str, *, handed: bool) -> Any:
     as the sink's task runs them: handing the tail the payload objects or the encoded rows."""
     from flamestream.spark.exec.tails import WithTails
 
-    combine, initial, commutative = REDUCERS[reducer]
     made = Dataflow("mr")
-    extra = {} if initial is None else {"initial": initial}
-    counts = map_reduce(
-        made,
-        "count",
-        made.source("pairs"),
-        mapper=lambda p: p,
-        reducer=combine,
-        commutative=commutative,
-        **extra,
-    )
-    shown = made.map("show", counts, lambda r: f"{r.key}:{r.value}")
+    shown = made.map("show", reduced(made, reducer), lambda r: f"{r.key}:{r.value}")
     made.sink("out", made.filter("short", shown, lambda text: len(text) < 9))
     graph = SparkGraph(made)
     (stage,) = [s for s in graph.stages if s.grouping]
