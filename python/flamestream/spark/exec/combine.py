@@ -91,9 +91,12 @@ def combined(
     if items.pairs and items.ordered and not any(items.flags):
         return _combined_pairs_in_order(items, reducer)
     items.materialize()
-    if items.ordered or in_meta_order(order(), items):
+    if items.ordered:
         return combined_in_order(items, reducer)
-    return combined_any_order(order(), items, reducer)
+    metas = order()
+    if in_meta_order(metas, items):
+        return combined_in_order(items, reducer)
+    return combined_any_order(metas, items, reducer)
 
 
 def in_meta_order(order: Sequence[tuple[Any, ...]], items: Items) -> bool:

@@ -245,8 +245,8 @@ class StageRunner:
         suffixes: list[tuple[LocalTime, ...]] = []
         flags: list[int] = []
         out = self.exits.builder()
+        metas = partial(_row_metas, batch)
         for dest in [d for d in leaving if d in self.precombine]:
-            metas = partial(_row_metas, batch)
             leaving[dest] = combined(metas, leaving[dest], self.precombine[dest])
         for dest, items in leaving.items():
             where = partial(_nth_determinant, batch, items)
@@ -274,10 +274,10 @@ class StageRunner:
         mapper returned 2-tuples throughout (anything else goes the general way, which raises
         what ``Mapped`` construction would).
         """
-        fn, dest = step.fn, self.consumers[step.step_id][0]
-        if isinstance(fn, MapStep) and (
-            dest in self.precombine or self.exits.keys.get(dest) is mapped_key
-        ):
+        # a pre-combined entry is one too: map_reduce's groupings are keyed by mapped_key
+        to_grouping = self.exits.keys.get(self.consumers[step.step_id][0]) is mapped_key
+        fn = step.fn
+        if isinstance(fn, MapStep) and to_grouping:
             pairs = self._call(step, items, batch, fn.mapper)
             if _all_pairs(pairs):
                 return pairs, True
