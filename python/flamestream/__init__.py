@@ -15,7 +15,7 @@ from flamestream.errors import (
     StepError,
     UnhashableKeyError,
 )
-from flamestream.graph import Dataflow, LogicalGraph, Mapped, Reduced, Stream, map_reduce
+from flamestream.graph import Dataflow, LogicalGraph, Mapped, Reduced, Stream, count, map_reduce
 from flamestream.model import END_OF_TIME, DataItem, GlobalTime, LocalTime, Meta, invalidates
 from flamestream.runtime import ReferenceRuntime, Released
 
@@ -43,6 +43,7 @@ __all__ = [
     "Stream",
     "UnhashableKeyError",
     "__version__",
+    "count",
     "invalidates",
     "map_reduce",
 ]

@@ -2,7 +2,7 @@
 
 from flamestream.graph.dataflow import Dataflow, Stream
 from flamestream.graph.logical import Edge, LogicalGraph
-from flamestream.graph.mapreduce import Mapped, Reduced, map_reduce
+from flamestream.graph.mapreduce import Mapped, Reduced, count, map_reduce
 from flamestream.graph.steps import (
     Broadcast,
     Filter,
@@ -31,5 +31,6 @@ __all__ = [
     "Source",
     "Step",
     "Stream",
+    "count",
     "map_reduce",
 ]

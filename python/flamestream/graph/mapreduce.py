@@ -9,6 +9,7 @@ Every input item yields the updated reduced item for its key.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -173,6 +174,50 @@ def map_reduce(
     out, back = flow.add_step(Broadcast(f"{step_id}.broadcast", 2), reduced)
     flow.add_merge_input(merged, back)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class CountMapper:
+    """:func:`count`'s mapper: ``(key(item), 1)``, or ``(item, 1)`` without a ``key``.
+
+    A class of its own (not a lambda) so runtimes can recognize a count and run it without
+    calling Python per item: the Spark runtime counts text in Arrow (see
+    ``docs/architecture.md``, "Declared counts"). Its results are the same either way.
+    """
+
+    key: Callable[[Any], Any] | None = None
+
+    def __call__(self, payload: Any) -> tuple[Any, int]:
+        """The pair counted for ``payload``."""
+        return (payload if self.key is None else self.key(payload)), 1
+
+
+def count(
+    flow: Dataflow, step_id: str, up: Stream, *, key: Callable[[Any], Any] | None = None
+) -> Stream:
+    """Count items per key: a stream of ``Reduced(key, how many so far)``.
+
+    :func:`map_reduce` with the mapper ``(key(item), 1)`` (``key`` None: the item itself is
+    the key), ``operator.add`` as the reducer, declared commutative. The same items and
+    results as writing that map_reduce out; declared this way, runtimes may count without
+    calling Python per item (the Spark runtime does so for text, see :class:`CountMapper`).
+
+    >>> from flamestream.testing import run_in_order
+    >>> flow = Dataflow("count")
+    >>> counts = count(flow, "count", flow.flat_map("split", flow.source("lines"), str.split))
+    >>> flow.sink("out", counts)
+    >>> [r.payload for r in run_in_order(flow, ["dog cat", "dog"]).released()]
+    [Reduced(key='dog', value=1), Reduced(key='cat', value=1), Reduced(key='dog', value=2)]
+    """
+    if key is not None and not callable(key):
+        raise GraphError(
+            step_id,
+            "a callable key or None",
+            f"{type(key).__name__} {key!r}",
+            "count(flow, 'count', words, key=str.lower)",
+        )
+    mapper = CountMapper(key)
+    return map_reduce(flow, step_id, up, mapper=mapper, reducer=operator.add, commutative=True)
 
 
 def is_map_reduce_grouping(step: Any) -> bool:

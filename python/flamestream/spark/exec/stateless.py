@@ -38,6 +38,7 @@ from flamestream.graph.steps import (
 )
 from flamestream.model import GlobalTime, LocalTime
 from flamestream.runtime.grouping import is_hashable
+from flamestream.spark.exec.columnar import CountedText
 from flamestream.spark.exec.combine import Items, combined, rows_in_meta_order
 from flamestream.spark.exec.gc_pause import gc_paused
 from flamestream.spark.exec.items import (
@@ -89,6 +90,8 @@ class StageRunner:
             for step in self.steps
         }
         self.exits = Exits(graph, keys, render)
+        #: the stage as Arrow kernels, when it is a declared count of text (see .columnar)
+        self.counted = CountedText.of(graph, stage, self.consumers, self.precombine)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """``mapInArrow``'s function."""
@@ -106,6 +109,10 @@ class StageRunner:
             return self._run(batch, payloads)
 
     def _run(self, batch: pa.RecordBatch, payloads: list[Any] | None) -> pa.RecordBatch:
+        if self.counted is not None and payloads is None:
+            counts = self.counted.combined(batch)
+            if counts is not None:
+                return self._rows(batch, {self.counted.dest: counts})
         queues = {sid: Items() for sid in self.stage.steps}
         leaving: dict[str, Items] = {}
         for to, items in self._entering(batch, payloads).items():
@@ -116,6 +123,9 @@ class StageRunner:
             for port, items in enumerate(outputs):
                 dest = self.consumers[step.step_id][port]
                 (queues.get(dest) or leaving.setdefault(dest, Items())).take(items)
+        metas = partial(_row_metas, batch)
+        for dest in [d for d in leaving if d in self.precombine]:
+            leaving[dest] = combined(metas, leaving[dest], self.precombine[dest])
         return self._rows(batch, leaving)
 
     def _entering(self, batch: pa.RecordBatch, payloads: list[Any] | None) -> dict[str, Items]:
@@ -240,14 +250,14 @@ class StageRunner:
         return results
 
     def _rows(self, batch: pa.RecordBatch, leaving: dict[str, Items]) -> pa.RecordBatch:
-        """The item rows leaving the stage, for the steps after it (sinks get ``value``)."""
+        """The item rows leaving the stage, for the steps after it (sinks get ``value``).
+
+        Items for a keyed entry that pre-combines are combined already.
+        """
         rows: list[int] = []
         suffixes: list[tuple[LocalTime, ...]] = []
         flags: list[int] = []
         out = self.exits.builder()
-        metas = partial(_row_metas, batch)
-        for dest in [d for d in leaving if d in self.precombine]:
-            leaving[dest] = combined(metas, leaving[dest], self.precombine[dest])
         for dest, items in leaving.items():
             where = partial(_nth_determinant, batch, items)
             if not (items.pairs and out.extend_pairs(dest, items.payloads, items.flags, where)):

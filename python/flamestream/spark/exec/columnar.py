@@ -1,0 +1,163 @@
+"""Declared counts of text, run in Arrow: a first stage that splits and counts text words.
+
+A stage runner applies steps item by item because their functions are opaque Python. Two
+are not: ``str.split`` as a flat_map's function, and :func:`flamestream.count`'s mapper
+(:class:`~flamestream.graph.mapreduce.CountMapper` without a key). When a stateless stage is
+exactly ``[flat_map(str.split) ->] count's map`` and the count's items are combined before the
+shuffle (``release="latest"``: its reducer is ``operator.add``), :class:`CountedText` makes
+the stage's output from Arrow kernels: ``ascii_split_whitespace`` (with the separators only
+``str.split()`` knows, the file separators U+001C to U+001F, made spaces first; empty pieces
+dropped, as ``str.split()`` makes none) and a ``group_by`` count. Python then runs once per distinct
+word, not once per word.
+
+The output is the general path's, row for row: one ``Mapped(word, count)`` per word in order
+of first sight, with the row and trace suffix of the word's last occurrence (the items are in
+meta order, so a word's latest is its last). Only batches the general path would also take in
+order qualify: one target, no flags, empty traces (a front's rows), strictly increasing
+``(ts, front)``, and text payloads (ASCII text, to be split). Any other batch goes the
+general way.
+``tests/unit/test_columnar.py`` compares the two on random text.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from flamestream.graph.logical import LogicalGraph
+from flamestream.graph.mapreduce import CountMapper, Mapped, MapStep
+from flamestream.graph.steps import FlatMap, Map
+from flamestream.model import LocalTime
+from flamestream.spark.exec.combine import Items
+from flamestream.spark.exec.items import TEXT_TAG
+from flamestream.spark.plan.stages import Stage
+
+_L00 = LocalTime(0, 0)
+
+
+class CountedText:
+    """A stage that is ``[flat_map(str.split) ->] count(...)``'s map, combined: in Arrow."""
+
+    def __init__(self, entry: str, split: bool, dest: str) -> None:
+        self.entry = entry  #: the stage's one entry step
+        self.split = split  #: whether the entry splits the text into words first
+        self.dest = dest  #: where the combined counts go (the count's merge, keyed)
+
+    @classmethod
+    def of(
+        cls,
+        graph: LogicalGraph,
+        stage: Stage,
+        consumers: Mapping[str, list[str]],
+        precombine: Mapping[str, Callable[[Any, Any], Any]],
+    ) -> CountedText | None:
+        """The stage's columnar form, or None if it is not exactly a combined count of text."""
+        if stage.grouping is not None or len(stage.entries) != 1:
+            return None
+        steps = [graph.step(sid) for sid in stage.steps]
+        split = len(steps) == 2 and isinstance(steps[0], FlatMap) and steps[0].fn is str.split
+        if split and consumers[steps[0].step_id] != [steps[1].step_id]:
+            return None
+        count = steps[-1]
+        if len(steps) != 1 + split or stage.entries[0] != steps[0].step_id:
+            return None
+        if not (
+            isinstance(count, Map)
+            and isinstance(count.fn, MapStep)
+            and count.fn.mapper == CountMapper()
+        ):
+            return None
+        (dest,) = consumers[count.step_id]
+        if precombine.get(dest) is not operator.add:
+            return None
+        return cls(stage.entries[0], split, dest)
+
+    def combined(self, batch: pa.RecordBatch) -> Items | None:
+        """The combined counts leaving for :attr:`dest`, or None (then the general path runs)."""
+        text = self._text(batch)
+        if text is None:
+            return None
+        split = _words(text) if self.split else (text, np.arange(len(text)))
+        if split is None:
+            return None
+        words, rows = split
+        counted = (
+            pa.table({"word": words, "at": np.arange(len(words))})
+            .group_by("word", use_threads=False)
+            .aggregate([("at", "min"), ("at", "max"), ("at", "count")])
+            .sort_by("at_min")  # in order of first sight, as the general combine makes them
+        )
+        last = counted.column("at_max").to_numpy()
+        out = Items()
+        out.rows = rows[last].tolist()
+        # a word's index among its row's words (rows ascend: the row's first word is found)
+        children = last - np.searchsorted(rows, rows[last]) if self.split else None
+        out.suffixes = _suffixes(children, len(last))
+        out.payloads = list(
+            map(Mapped, counted.column("word").to_pylist(), counted.column("at_count").to_pylist())
+        )
+        out.flags = [0] * len(out.rows)
+        return out
+
+    def _text(self, batch: pa.RecordBatch) -> pa.Array | None:
+        """The rows' text, if the batch is one the general path takes in order; else None."""
+        n = batch.num_rows
+        to, flags, trace = (batch.column(name) for name in ("to", "flags", "trace"))
+        if pc.count_distinct(to).as_py() != 1 or to[0].as_py() != self.entry:
+            return None
+        if pc.max(flags).as_py() != 0 or pc.max(pc.binary_length(trace)).as_py() != 0:
+            return None
+        ts = batch.column("ts").to_numpy()
+        front = batch.column("front").to_numpy()
+        rising = (ts[1:] > ts[:-1]) | ((ts[1:] == ts[:-1]) & (front[1:] > front[:-1]))
+        if n > 1 and not rising.all():
+            return None
+        payload = batch.column("payload")
+        if payload.null_count or not pc.all(pc.starts_with(payload, TEXT_TAG)).as_py():
+            return None
+        return pc.utf8_slice_codeunits(payload.cast(pa.string()), 1)  # the tag is one byte
+
+
+#: The separators ``str.split()`` knows in ASCII that ``ascii_split_whitespace`` does not.
+_FILE_SEPARATORS = "[\x1c-\x1f]"
+
+
+def _words(text: pa.Array) -> tuple[pa.Array, np.ndarray] | None:
+    """Each line's words as ``str.split()`` makes them, and the row each word comes from.
+
+    None for text that is not all ASCII: ``utf8_split_whitespace`` (pyarrow 26) leaves some
+    runs of non-ASCII separators unsplit (NEL then an ideographic space, at a line's end).
+    """
+    if not pc.all(pc.string_is_ascii(text)).as_py():
+        return None
+    if pc.any(pc.match_substring_regex(text, _FILE_SEPARATORS)).as_py():
+        text = pc.replace_substring_regex(text, _FILE_SEPARATORS, " ")  # a separator as well
+    lists = pc.ascii_split_whitespace(text)
+    pieces = pc.list_flatten(lists)
+    # runs of separators count as one, but leading/trailing ones leave empty pieces
+    kept = pc.greater(pc.binary_length(pieces), 0)
+    rows = pc.list_parent_indices(lists).to_numpy()[kept.to_numpy(zero_copy_only=False)]
+    return pieces.filter(kept), rows
+
+
+def _suffixes(children: np.ndarray | None, n: int) -> list[tuple[LocalTime, ...]]:
+    """The trace suffixes the general path gives: flat_map's ``(0, child)``, map's ``(0, 0)``.
+
+    Without a split (``children`` None) only the map's. Equal suffixes share one tuple, as the
+    general path's do.
+    """
+    if children is None:
+        return [(_L00,)] * n
+    shared: dict[int, tuple[LocalTime, ...]] = {}
+    out = []
+    for child in children.tolist():
+        suffix = shared.get(child)
+        if suffix is None:
+            suffix = shared[child] = (LocalTime(0, child), _L00)
+        out.append(suffix)
+    return out

@@ -1,0 +1,178 @@
+"""A declared count of text runs in Arrow (``spark.exec.columnar``): the same rows as item by item.
+
+The first stage of ``[flat_map(str.split) ->] count(...)`` with ``release="latest"`` makes its
+combined counts with Arrow kernels. Whatever the text (any whitespace ``str.split`` knows),
+the order of the rows, their flags and payload kinds, the stage must send exactly what the
+general path sends, byte for byte: a batch the columnar path cannot take goes the general way.
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from operator import add
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flamestream import Dataflow, count, map_reduce
+from flamestream.graph.dataflow import Stream
+from flamestream.spark.exec.columnar import _words
+from flamestream.spark.exec.items import (
+    ITEM_SCHEMA,
+    MAY_INVALIDATE,
+    TOMBSTONE,
+    encode_payload,
+)
+from flamestream.spark.exec.stateless import StageRunner
+from flamestream.spark.plan.stages import keyed_entries, plan_stages, precombiners
+
+#: Words, and every kind of separator: ASCII ones, the ones only ``str.isspace`` knows
+#: (``\x1c``-``\x1f``, NEL, NBSP, line/paragraph separators, ideographic space), non-ASCII.
+TEXT = st.text(
+    alphabet=st.sampled_from(
+        [
+            *("a", "b", "é", "日", " ", "\t", "\n", "\r", "\x0b", "\x1c", "\x1f"),
+            *("\x85", "\xa0", "\u2028", "\u3000", "\u200b"),
+        ]
+    ),
+    max_size=12,
+)
+
+ASCII_TEXT = st.text(alphabet=st.sampled_from(["a", "b", " ", "\t", "\n", "\x0c", "\x1c", "\x1f"]))
+
+
+def _counting(split: bool, how: str) -> Dataflow:
+    flow = Dataflow("counting")
+    items: Stream = flow.source("lines")
+    if split:
+        items = flow.flat_map("split", items, str.split)
+    if how == "count":
+        counts = count(flow, "count", items)
+    elif how == "count_by_key":
+        counts = count(flow, "count", items, key=str.lower)
+    else:  # the same count written out, with an opaque mapper
+        counts = map_reduce(
+            flow, "count", items, mapper=lambda w: (w, 1), reducer=add, commutative=True
+        )
+    flow.sink("out", flow.map("render", counts, lambda r: f"{r.key}={r.value}"))
+    return flow
+
+
+def _first_stage(flow: Dataflow, latest: bool = True) -> StageRunner:
+    graph = flow.build()
+    stages = plan_stages(graph)
+    precombine = precombiners(graph, stages) if latest else {}
+    return StageRunner(graph, stages[0], keyed_entries(graph, stages), precombine=precombine)
+
+
+@pytest.mark.parametrize("split", [True, False])
+def test_a_declared_count_of_text_is_recognized(split: bool):
+    assert _first_stage(_counting(split, "count")).counted is not None
+
+
+@pytest.mark.parametrize(
+    ("split", "how", "latest"),
+    [
+        (True, "count", False),  # every update: no combine before the shuffle
+        (True, "count_by_key", True),  # a key function: Python per word
+        (True, "opaque", True),  # a lambda mapper: not known to count
+    ],
+)
+def test_anything_else_runs_the_general_way(split: bool, how: str, latest: bool):
+    assert _first_stage(_counting(split, how), latest).counted is None
+
+
+def test_a_split_that_is_not_str_split_is_not_recognized():
+    flow = Dataflow("counting")
+    words = flow.flat_map("split", flow.source("lines"), lambda line: line.split())
+    flow.sink("out", count(flow, "count", words))
+    assert _first_stage(flow).counted is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(TEXT | ASCII_TEXT, max_size=20))
+def test_arrow_splits_ascii_text_as_str_split_does(lines: list[str]):
+    split = _words(pa.array(lines, pa.string()))
+    if not lines or not all(line.isascii() for line in lines):
+        assert split is None  # pyarrow's utf8 split misses some runs of separators
+        return
+    assert split is not None
+    words, rows = split
+    per_row: list[list[str]] = [[] for _ in lines]
+    for word, row in zip(words.to_pylist(), rows.tolist(), strict=True):
+        per_row[row].append(word)
+    assert per_row == [line.split() for line in lines]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(
+        st.tuples(
+            ASCII_TEXT | TEXT,
+            st.integers(0, 2),  # ts step (0: the same ts as the row before)
+            st.integers(0, 1),  # front
+            st.sampled_from([0, 0, 0, 0, MAY_INVALIDATE, MAY_INVALIDATE | TOMBSTONE]),
+            st.sampled_from(["text"] * 6 + ["bytes"]),
+        ),
+        max_size=14,
+    ),
+    split=st.booleans(),
+    clean=st.booleans(),
+)
+def test_the_columnar_count_sends_what_the_general_path_sends(
+    lines: list[tuple[str, int, int, int, str]], split: bool, clean: bool
+):
+    """Byte for byte, and it runs for every batch the general path takes in order.
+
+    ``clean``: a batch as a front reads it (ASCII text, unflagged, in order), so that the
+    columnar path runs in about half the examples.
+    """
+    if clean:
+        lines = [
+            (t.encode("ascii", "replace").decode(), max(step, 1), front, 0, "text")
+            for t, step, front, _, _ in lines
+        ]
+    runner = _first_stage(_counting(split, "count"))
+    counted = runner.counted
+    assert counted is not None
+    ts, rows = 1, []
+    for n, (text, step, front, flag, kind) in enumerate(lines):
+        ts += step
+        payload = text if kind == "text" else text.encode()
+        rows.append(
+            {
+                "ts": ts,
+                "front": front,
+                "trace": b"",
+                "flags": flag,
+                "source": "in.txt",
+                "position": n,
+                "to": counted.entry,
+                "key": None,
+                "payload": None if flag & TOMBSTONE else encode_payload(payload),
+                "value": None,
+            }
+        )
+    batch = pa.RecordBatch.from_pylist(rows, schema=ITEM_SCHEMA)
+    metas = [(row["ts"], row["front"]) for row in rows]
+    qualifies = (
+        bool(lines)  # an empty batch: nothing to count (stages are not run on one)
+        and all(a < b for a, b in pairwise(metas))
+        and not any(row["flags"] for row in rows)
+        and all(kind == "text" for *_, kind in lines)
+        and (not split or all(text.isascii() for text, *_ in lines))
+    )
+    assert (counted.combined(batch) is not None) == qualifies
+
+    def outcome() -> Any:
+        try:
+            return runner.run(batch).to_pylist()
+        except Exception as exc:  # the same error either way: type and message
+            return type(exc), str(exc)
+
+    columnar = outcome()
+    runner.counted = None
+    assert columnar == outcome()
