@@ -6,8 +6,10 @@ runs these variants interleaved for ``--rounds`` rounds (3 by default) and check
 final counts against ``collections.Counter``'s:
 
 ``flamestream_latest``, ``flamestream_every``
-    files front -> ``apply_graph(word_count_graph(commutative=True), release=...)`` ->
-    flamestream files sink, ``Trigger.AvailableNow``.
+    files front -> ``SparkGraph(split -> flamestream.count -> render, release=...)
+    .write_stream`` -> flamestream files sink, ``Trigger.AvailableNow``. Opt-in variants
+    (``--variants``): ``flamestream_latest_opaque`` (the count as ``map_reduce`` with a
+    lambda mapper) and ``flamestream_latest_apply`` (``apply`` on the loaded front).
 ``plain_pyspark``
     ``readStream.text`` -> split / explode -> ``groupBy.count`` (update) -> idempotent
     ``foreachBatch``.

@@ -30,10 +30,12 @@ VARIANTS = (
     "pathway",
     "counter",
     "flamestream_latest_apply",
+    "flamestream_latest_opaque",
 )
-#: Not run unless asked for: word count latest the way before readers and write_stream
-#: (apply on the loaded front, then writeStream), to show what the fusion gains.
-EXTRA = ("flamestream_latest_apply",)
+#: Not run unless asked for, to show what a way of writing the query gains: word count latest
+#: the way before readers and write_stream (apply on the loaded front, then writeStream), and
+#: with the count written out as map_reduce with a lambda mapper instead of ``count``.
+EXTRA = ("flamestream_latest_apply", "flamestream_latest_opaque")
 SPARK = (*VARIANTS[:3], *EXTRA)
 MATPLOTLIB = "3.11.2"
 
@@ -105,9 +107,15 @@ def spark_runner(bench: Bench, name: str) -> Runner:
         if name == "plain_pyspark":
             define = partial(spark_variants.plain_writer, spark, source, out, checkpoint)
         else:
-            fused = name not in EXTRA
             define = partial(
-                spark_variants.flamestream_writer, spark, source, out, checkpoint, release, fused
+                spark_variants.flamestream_writer,
+                spark,
+                source,
+                out,
+                checkpoint,
+                release,
+                fused=name != "flamestream_latest_apply",
+                declared=name != "flamestream_latest_opaque",
             )
         try:
             run = run_query(define, bench.args.timeout)

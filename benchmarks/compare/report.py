@@ -102,9 +102,11 @@ NOTES = [
     "words_per_second = the corpus' words / median seconds; a ratio a_vs_b is a's words/s "
     "over b's (above 1: a is faster).",
     "flamestream_latest / flamestream_every: the files front's reader -> SparkGraph("
-    "word_count_graph(commutative=True), release=latest | every).write_stream (the first "
-    "stage runs in the front's reads, the keyed stage and its render step in the sink's "
-    "write tasks) -> flamestream files sink (json, release=tasks). latest releases each "
+    "flat_map(str.split) -> flamestream.count -> render, release=latest | every)"
+    ".write_stream (the first stage runs in the front's reads, for latest in Arrow, the "
+    "keyed stage and its render step in the sink's write tasks) -> flamestream files sink "
+    "(json, release=tasks); _opaque: the count as map_reduce with a lambda mapper, _apply: "
+    "apply on the loaded front then writeStream. latest releases each "
     "updated word's latest count once per batch, every "
     "releases every update. Checked: the highest count released per word equals the "
     "Counter's, no count is released twice (every: one row per update).",

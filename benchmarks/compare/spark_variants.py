@@ -18,20 +18,29 @@ Release = Literal["latest", "every"]
 
 
 def flamestream_writer(
-    spark: Any, source: Path, out: Path, checkpoint: Path, release: Release, fused: bool = True
+    spark: Any,
+    source: Path,
+    out: Path,
+    checkpoint: Path,
+    release: Release,
+    fused: bool = True,
+    declared: bool = True,
 ) -> Any:
-    """Files front -> ``word_count_graph(commutative=True)`` -> files sink (``release=tasks``).
+    """Files front -> word count (``flamestream.count``) -> files sink (``release=tasks``).
 
-    The way the docs recommend: the front's reader goes to ``write_stream`` unloaded, so the
-    graph's first stage (split, map, and for ``latest`` the map-side combine) runs in the
-    front's read tasks and the keyed stage (with its render step) in the sink's write tasks.
-    ``fused=False``: ``apply`` on the loaded front, then ``writeStream`` (two passes).
+    The way the docs recommend: the count declared with ``count``, and the front's reader
+    going to ``write_stream`` unloaded, so the graph's first stage (split and count, for
+    ``latest`` combined per word in Arrow) runs in the front's read tasks and the keyed stage
+    (with its render step) in the sink's write tasks. ``fused=False``: ``apply`` on the
+    loaded front, then ``writeStream`` (two passes). ``declared=False``: the count written
+    out as ``map_reduce`` with a lambda mapper (Python per word).
     """
     from flamestream.spark import SparkGraph
 
     lines = spark.readStream.format("flamestream").option("front", "files")
     lines = lines.option("path", str(source))
-    graph = SparkGraph(word_count_graph(commutative=True), release=release)
+    flow = word_count_graph(commutative=True, declared=declared)
+    graph = SparkGraph(flow, release=release)
     ck = str(checkpoint)
     if fused:
         writer = graph.write_stream(lines, checkpoint_location=ck)

@@ -101,15 +101,22 @@ def files_options(
     return writer.option("path", str(out))
 
 
-def word_count_graph(*, commutative: bool = False) -> Any:
-    """flat_map split -> map_reduce (word, 1) with + -> map ``"word=count"`` -> sink."""
-    from flamestream import Dataflow, map_reduce
+def word_count_graph(*, commutative: bool = False, declared: bool = False) -> Any:
+    """flat_map split -> map_reduce (word, 1) with + -> map ``"word=count"`` -> sink.
+
+    ``declared``: the count as ``flamestream.count`` (commutative), which the Spark runtime
+    may run in Arrow; else written out with a lambda mapper.
+    """
+    from flamestream import Dataflow, count, map_reduce
 
     flow = Dataflow("wordcount")
     words = flow.flat_map("split", flow.source("lines"), str.split)
-    counts = map_reduce(
-        flow, "count", words, mapper=lambda w: (w, 1), reducer=add, commutative=commutative
-    )
+    if declared:
+        counts = count(flow, "count", words)
+    else:
+        counts = map_reduce(
+            flow, "count", words, mapper=lambda w: (w, 1), reducer=add, commutative=commutative
+        )
     flow.sink("out", flow.map("render", counts, lambda r: f"{r.key}={r.value}"))
     return flow
 
