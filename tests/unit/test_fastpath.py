@@ -186,9 +186,10 @@ def counted(cycle: MapReduceCycle) -> None:
         FAST_ROWS.append(run(*args))
         return FAST_ROWS[-1]
 
-    def counting_run_in_order(*args: Any) -> bool:
-        WHOLE_BATCHES.append(run_in_order(*args))
-        return WHOLE_BATCHES[-1]
+    def counting_run_in_order(*args: Any) -> list[int] | None:
+        latest = run_in_order(*args)
+        WHOLE_BATCHES.append(latest is not None)
+        return latest
 
     cycle.run = counting_run  # type: ignore[method-assign]
     cycle.run_in_order = counting_run_in_order  # type: ignore[method-assign]

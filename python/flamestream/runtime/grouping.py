@@ -259,13 +259,6 @@ class GroupingState:
         self.stats.received += added
         self.stats.emitted += added
 
-    def index_times(self, times: Iterable[GlobalTime]) -> None:
-        """Index ``times`` (without items), as appends of their items would, for GC to drop."""
-        for time in times:
-            if time not in self._by_time:
-                self._by_time[time] = []
-                heapq.heappush(self._times, time)
-
     def settle_in_order(
         self, key: Hashable, kept: Iterable[DataItem], clock: int, appended: int
     ) -> None:
@@ -273,7 +266,7 @@ class GroupingState:
 
         For a caller that appends only items below the min-time it collects at next: of the
         bucket, only its last ``window - 1`` items (``kept``, which the caller made) survive,
-        and the index entries of their times go at the collection (see :meth:`index_times`).
+        and the index keeps no entry of their times (the collection would drop them).
         Counts the appends and what the collection drops, as the two steps would.
         """
         bucket = self._buckets.get(key)

@@ -124,12 +124,13 @@ class Leaving:
             held = best.get(slot)
             if held is None or self._meta(held) < self._meta(row):
                 best[slot] = row
-        return self._take([*kept, *best.values()])
+        return self.take([*kept, *best.values()])
 
     def _meta(self, row: int) -> tuple[int, int, bytes]:
         return self.times[row], self.fronts[row], self.traces[row]
 
-    def _take(self, rows: Sequence[int]) -> Leaving:
+    def take(self, rows: Sequence[int]) -> Leaving:
+        """These rows, in this order."""
         out = Leaving()
         out.dests = [self.dests[r] for r in rows]
         out.times = [self.times[r] for r in rows]
@@ -242,8 +243,8 @@ class MapReduceCycle:
         determinants: dict[GlobalTime, tuple[Any, Any]],
         leaving: Leaving,
         min_time: GlobalTime,
-    ) -> bool:
-        """The whole batch at once, if it is in order and below ``min_time``; or False.
+    ) -> list[int] | None:
+        """The whole batch at once, if it is in order and below ``min_time``; or None.
 
         Only for a caller that collects garbage below ``min_time`` right after. The collection
         keeps, of a bucket's items below the min-time, only the last one (window - 1), and
@@ -253,19 +254,23 @@ class MapReduceCycle:
         statistics as the collection would count them), and the index to ``collect_garbage``
         as before. Two passes: the first checks every row and computes the leaving rows
         without touching the state; if a row is not in order (or a reduce raises), its rows
-        are taken back, nothing has changed and it returns False (then :meth:`run` does the
+        are taken back, nothing has changed and it returns None (then :meth:`run` does the
         batch).
+
+        Returns the row in ``leaving`` of each key's last leaving item, keys in order of first
+        sight: what ``Leaving.latest`` keeps of the rows, found without comparing metas.
         """
         mark = len(leaving)
         folded = self._fold_in_order(state, columns, determinants, leaving, min_time)
         if folded is None:
             leaving.take_back(mark)
-            return False
+            return None
+        keys, decoded = folded
         added = len(leaving.times) - mark
         leaving.dests += [self.exit_to] * added
         leaving.flags += [0] * added
-        self._keep_last_reduced(state, *folded, added)
-        return True
+        self._keep_last_reduced(state, keys, decoded, added)
+        return [held[6] for held in keys.values()]
 
     def _fold_in_order(
         self,
@@ -274,7 +279,7 @@ class MapReduceCycle:
         determinants: dict[GlobalTime, tuple[Any, Any]],
         leaving: Leaving,
         min_time: GlobalTime,
-    ) -> tuple[dict[Hashable, list[Any]], list[GlobalTime], _TraceCache] | None:
+    ) -> tuple[dict[Hashable, list[Any]], _TraceCache] | None:
         """The first pass of :meth:`run_in_order`: check and fold every row, touching no state.
 
         Appends the leaving rows (not their destinations and flags); returns None at the first
@@ -292,9 +297,9 @@ class MapReduceCycle:
         entering: dict[bytes, bytes] = {}  # entering trace -> the bytes of it at the grouping
         merge_local = _LOCAL.pack(0, 0)
         # per key (see _first_of_key): [trace bytes at the grouping of its last reduced item,
-        # its time, its payload, the bucket's clock, the key's items, its entering trace]
+        # its time, its payload, the bucket's clock, the key's items, its entering trace, the
+        # row in ``leaving`` of its last leaving item]
         keys: dict[Hashable, list[Any]] = {}
-        times: list[GlobalTime] = []  # distinct global times, in order
         decoded = _TraceCache()
         last: tuple[int, int] | None = None
         time, where, ok = GlobalTime(0, 0), (None, None), True
@@ -305,7 +310,6 @@ class MapReduceCycle:
                 if not time < min_time or state.may_invalidate_at(time):
                     ok = False
                     break
-                times.append(time)
             if flags or to != merge or payload is None or payload[:1] != MAPPED_TAG:
                 ok = False
                 break
@@ -337,35 +341,36 @@ class MapReduceCycle:
             held[0] = at_grouping + back_bytes
             held[1], held[2], held[3], held[5] = time, reduced, clock + 1, trace
             held[4] += 1
+            held[6] = len(out_times)
             out_times.append(ts)
             out_fronts.append(front)
             out_traces.append(at_grouping + exit_tail)
             out_payloads.append(reduced)
             out_wheres.append(where)
-        return (keys, times, decoded) if ok else None
+        return (keys, decoded) if ok else None
 
     def _keep_last_reduced(
         self,
         state: GroupingState,
         keys: dict[Hashable, list[Any]],
-        times: list[GlobalTime],
         decoded: _TraceCache,
         added: int,
     ) -> None:
         """The state as :meth:`run` and then ``collect_garbage(min_time)`` would leave it.
 
         ``keys`` holds, per key of the batch, what :meth:`run_in_order` kept of its last
-        reduced item; ``times`` the batch's global times; ``added`` the items that left.
+        reduced item; ``added`` the items that left.
         """
-        # What run() and then collect_garbage(min_time) leave. The collection's part for the
-        # index stays with it: the times are indexed as run() would, the collection drops them.
-        state.index_times(times)
-        # Its part for the batch's keys is done here: every item a key held came before the
-        # key's first item of the batch, so below the min-time too, and only the last item
-        # below it stays (window - 1 = 1): the last reduced item. Such a bucket needs no
-        # further collection.
+        # What run() and then collect_garbage(min_time) leave. The batch's global times are
+        # not indexed: all lie below the min-time, so the collection would drop them again
+        # (with the determinants noted for them), and pushing and popping a heap entry per
+        # time was the larger part of the collection's cost.
+        # The collection's part for the batch's keys is done here: every item a key held came
+        # before the key's first item of the batch, so below the min-time too, and only the
+        # last item below it stays (window - 1 = 1): the last reduced item. Such a bucket
+        # needs no further collection.
         back_tail = self.back_tail
-        for key, (_, time, reduced, clock, count, trace) in keys.items():
+        for key, (_, time, reduced, clock, count, trace, _) in keys.items():
             r_trace = (*decoded(trace), LocalTime(clock - 1, 0), *back_tail)
             kept = (DataItem(reduced, Meta(time, r_trace)),)
             state.settle_in_order(key, kept, clock, appended=2 * count)
@@ -458,7 +463,7 @@ def _first_of_key(
     if previous is not None and not previous.meta < Meta(time, decoded(trace)):
         return None
     before = None if previous is None else previous.payload
-    return [None, time, None, clock, 0, trace], before
+    return [None, time, None, clock, 0, trace, None], before
 
 
 def _rows(columns: Mapping[str, list[Any]]) -> Any:

@@ -236,18 +236,21 @@ class KeyedRunner:
                     queue.extend(outputs if router is None else router.route(outputs))
 
         cycle = self.cycle if self.fast and router is None else None
-        if cycle is not None and (
-            min_time is None
-            or not cycle.run_in_order(state, columns, determinants, leaving, min_time)
-        ):
-            cycle.run(state, columns, determinants, deliver, leaving)
-        elif cycle is None:
+        latest_rows: list[int] | None = None  # each key's last row, if the batch ran whole
+        if cycle is not None:
+            if min_time is not None:
+                latest_rows = cycle.run_in_order(state, columns, determinants, leaving, min_time)
+            if latest_rows is None:
+                cycle.run(state, columns, determinants, deliver, leaving)
+        else:
             sources, positions = columns["source"], columns["position"]
             for row in range(table.num_rows):
                 time = GlobalTime(ts[row], fronts[row])
                 determinants.setdefault(time, (sources[row], positions[row]))
                 deliver(row)
-        if self.latest:
+        if self.latest and latest_rows is not None:
+            leaving = leaving.take(latest_rows)
+        elif self.latest:
             leaving = leaving.latest(self.grouping.key)
         # a replayed tuple ends at an item of an earlier batch: its determinant is the state's
         out, self.handed_payloads = leaving.batch(self.exits, _Known(determinants, state))
