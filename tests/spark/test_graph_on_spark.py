@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from flamestream import Dataflow, map_reduce
+from flamestream import Dataflow, count, map_reduce
 from flamestream.errors import GraphError
 from flamestream.examples import inverted_index as index_example
 from flamestream.spark import SparkGraph, apply_graph
@@ -420,12 +420,20 @@ def test_late_items_across_batches_replay_and_the_sink_drops_what_they_invalidat
     assert all(r.position is not None for r in released)
 
 
-def word_count_latest(*, commutative: bool) -> Dataflow:
+def word_count_latest(*, commutative: bool, declared: bool = False) -> Dataflow:
     flow = Dataflow("wordcount")
     words = flow.flat_map("split", flow.source("lines"), str.split)
-    counts = map_reduce(
-        flow, "count", words, mapper=lambda w: (w, 1), reducer=int.__add__, commutative=commutative
-    )
+    if declared:  # flamestream.count: the same map_reduce, its mapper recognizable
+        counts = count(flow, "count", words)
+    else:
+        counts = map_reduce(
+            flow,
+            "count",
+            words,
+            mapper=lambda w: (w, 1),
+            reducer=int.__add__,
+            commutative=commutative,
+        )
     flow.sink("out", flow.map("show", counts, lambda r: f"{r.key}={r.value}"))
     return flow
 
@@ -463,6 +471,32 @@ def test_latest_release_gives_each_batchs_final_count_per_word(spark: SparkSessi
         }
         assert {batch: set(values) for batch, values in got.items()} == want
         assert all(len(values) == len(set(values)) for values in got.values())
+
+
+def test_a_declared_count_releases_what_the_written_out_count_releases(
+    spark: SparkSession, tmp_path: Path
+):
+    """``count`` (split and counted in Arrow in the front's reads) against the same count as
+    map_reduce with a lambda (Python per word): the same rows, metas and all, released."""
+    folder = tmp_path / "in"
+    for name, lines in TEXT.items():  # repeated words, and some lines twice over
+        write_lines(folder / name, [*lines, *lines[::2], "  the  the\tfox  "])
+    flows = {
+        "declared": word_count_latest(commutative=True, declared=True),
+        "written out": word_count_latest(commutative=True),
+    }
+    outs = {}
+    for way, flow in flows.items():
+        graph = SparkGraph(flow, release="latest")
+        assert ("counted in Arrow" in graph.describe()) == (way == "declared")
+        reader = front_reader(spark, folder, stream=True, limit=5)
+        checkpoint = str(tmp_path / way / "ck")
+        run_writer(graph.write_stream(reader, checkpoint_location=checkpoint), tmp_path / way)
+        outs[way] = sorted((r.ts, r.front, r.trace, r.value) for r in read_rows(tmp_path / way))
+    assert outs["declared"] == outs["written out"]
+    assert (
+        len(outs["declared"]) > 20 and max(int(v.split("=")[1]) for *_, v in outs["declared"]) > 5
+    )
 
 
 def test_latest_release_needs_map_reduce():

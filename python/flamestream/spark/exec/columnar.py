@@ -21,7 +21,6 @@ general way.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -30,12 +29,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from flamestream.graph.logical import LogicalGraph
-from flamestream.graph.mapreduce import CountMapper, Mapped, MapStep
-from flamestream.graph.steps import FlatMap, Map
+from flamestream.graph.mapreduce import Mapped
 from flamestream.model import LocalTime
 from flamestream.spark.exec.combine import Items
 from flamestream.spark.exec.items import TEXT_TAG
-from flamestream.spark.plan.stages import Stage
+from flamestream.spark.plan.stages import Stage, TextCount, text_count
 
 _L00 = LocalTime(0, 0)
 
@@ -43,39 +41,21 @@ _L00 = LocalTime(0, 0)
 class CountedText:
     """A stage that is ``[flat_map(str.split) ->] count(...)``'s map, combined: in Arrow."""
 
-    def __init__(self, entry: str, split: bool, dest: str) -> None:
-        self.entry = entry  #: the stage's one entry step
-        self.split = split  #: whether the entry splits the text into words first
-        self.dest = dest  #: where the combined counts go (the count's merge, keyed)
+    def __init__(self, shape: TextCount) -> None:
+        self.entry = shape.entry  #: the stage's one entry step
+        self.split = shape.split  #: whether the entry splits the text into words first
+        self.dest = shape.dest  #: where the combined counts go (the count's merge, keyed)
 
     @classmethod
     def of(
         cls,
         graph: LogicalGraph,
         stage: Stage,
-        consumers: Mapping[str, list[str]],
         precombine: Mapping[str, Callable[[Any, Any], Any]],
     ) -> CountedText | None:
         """The stage's columnar form, or None if it is not exactly a combined count of text."""
-        if stage.grouping is not None or len(stage.entries) != 1:
-            return None
-        steps = [graph.step(sid) for sid in stage.steps]
-        split = len(steps) == 2 and isinstance(steps[0], FlatMap) and steps[0].fn is str.split
-        if split and consumers[steps[0].step_id] != [steps[1].step_id]:
-            return None
-        count = steps[-1]
-        if len(steps) != 1 + split or stage.entries[0] != steps[0].step_id:
-            return None
-        if not (
-            isinstance(count, Map)
-            and isinstance(count.fn, MapStep)
-            and count.fn.mapper == CountMapper()
-        ):
-            return None
-        (dest,) = consumers[count.step_id]
-        if precombine.get(dest) is not operator.add:
-            return None
-        return cls(stage.entries[0], split, dest)
+        shape = text_count(graph, stage, precombine)
+        return None if shape is None else cls(shape)
 
     def combined(self, batch: pa.RecordBatch) -> Items | None:
         """The combined counts leaving for :attr:`dest`, or None (then the general path runs)."""

@@ -91,7 +91,7 @@ class StageRunner:
         }
         self.exits = Exits(graph, keys, render)
         #: the stage as Arrow kernels, when it is a declared count of text (see .columnar)
-        self.counted = CountedText.of(graph, stage, self.consumers, self.precombine)
+        self.counted = CountedText.of(graph, stage, self.precombine)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """``mapInArrow``'s function."""

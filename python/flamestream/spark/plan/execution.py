@@ -33,6 +33,7 @@ from flamestream.spark.plan.stages import (
     plan_stages,
     precombiners,
     reduce_step_of,
+    text_count,
 )
 
 #: The release modes: every update the model releases, or the latest value per key per batch.
@@ -179,6 +180,8 @@ class ExecutionPlan:
             kind = "fused: " if len(stage.steps) > 1 else ""
             host = self.hosts.get(stage.index)
             how = "one mapInArrow pass" if host is None else f"in stage {host}'s tasks, after it"
+            if text_count(self.graph, stage, self.precombine) is not None:
+                how += "; a declared count of text: split and counted in Arrow"
         return (
             f"  stage {stage.index} [{kind}{' -> '.join(stage.steps)}] ({how}) "
             f"-> {', '.join(leaving)}"

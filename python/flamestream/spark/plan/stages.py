@@ -8,15 +8,17 @@ onto DataFrames; :mod:`flamestream.spark.exec` runs it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import operator
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from flamestream.errors import GraphError, InvariantError
 from flamestream.graph.logical import LogicalGraph
-from flamestream.graph.mapreduce import ReduceStep
+from flamestream.graph.mapreduce import CountMapper, MapStep, ReduceStep
 from flamestream.graph.steps import (
     STATELESS,
+    FlatMap,
     Grouping,
     Map,
     Merge,
@@ -317,3 +319,46 @@ def precombiners(graph: LogicalGraph, stages: list[Stage]) -> dict[str, Callable
         if reduce is not None and reduce.combinable:
             combine.update(dict.fromkeys(stage.entries, reduce.reducer))
     return combine
+
+
+@dataclass(frozen=True)
+class TextCount:
+    """A stateless stage that is ``[flat_map(str.split) ->] count(...)``'s map, combined.
+
+    What :func:`text_count` recognizes; the stage runner then counts in Arrow
+    (:mod:`flamestream.spark.exec.columnar`).
+    """
+
+    entry: str  #: the stage's one entry step
+    split: bool  #: whether the entry splits the text into words first
+    dest: str  #: where the combined counts go (the count's merge, in the keyed stage)
+
+
+def text_count(
+    graph: LogicalGraph, stage: Stage, precombine: Mapping[str, Callable[[Any, Any], Any]]
+) -> TextCount | None:
+    """``stage`` as a declared count of text combined before the shuffle, or None.
+
+    Exactly the steps ``[flat_map(str.split) ->] map(count's mapper without a key)``, the map's
+    items going to a keyed entry that pre-combines them with ``operator.add``.
+    """
+    if stage.grouping is not None or len(stage.entries) != 1 or len(stage.steps) > 2:
+        return None
+    steps = [graph.step(sid) for sid in stage.steps]
+    split = len(steps) == 2 and isinstance(steps[0], FlatMap) and steps[0].fn is str.split
+    if len(steps) != 1 + split or stage.entries[0] != steps[0].step_id:
+        return None
+    count = steps[-1]
+    if split and graph.consumer(steps[0].step_id) != count.step_id:
+        return None
+    if not (
+        isinstance(count, Map)
+        and isinstance(count.fn, MapStep)
+        and count.fn.mapper == CountMapper()
+        and count.outputs == 1
+    ):
+        return None
+    dest = graph.consumer(count.step_id)
+    if precombine.get(dest) is not operator.add:
+        return None
+    return TextCount(steps[0].step_id, split, dest)
