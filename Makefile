@@ -60,7 +60,7 @@ unit: setup  ## only the fast unit tests (no Spark)
 bench: setup  ## run the benchmark harness, print JSON ratios
 	$(PY) -m benchmarks.bench
 
-bench-spark: setup  ## Spark benchmarks: connectors vs built-ins, graphs vs plain PySpark, barrier, controller, skew, worker memory
+bench-spark: setup  ## Spark benchmarks: connectors vs built-ins, graphs vs plain PySpark, barrier, controller, skew, worker memory, per-batch cost
 	$(PY) -m benchmarks.spark_passthrough
 	$(PY) -m benchmarks.spark_kafka
 	$(PY) -m benchmarks.spark_graphs
@@ -68,6 +68,7 @@ bench-spark: setup  ## Spark benchmarks: connectors vs built-ins, graphs vs plai
 	$(PY) -m benchmarks.spark_controller
 	$(PY) -m benchmarks.spark_skew
 	$(PY) -m benchmarks.spark_memory
+	$(PY) -m benchmarks.spark_batches
 
 # Word count against plain PySpark, Bytewax 0.21.1, Pathway 0.33.0 and collections.Counter;
 # the peers run in virtualenvs made under .bench/venvs on first use. Flags: COMPARE_ARGS,
