@@ -80,3 +80,22 @@ def test_numbered_lists_exactly_what_was_written_atomically(
     assert numbered(fs, f"{root}/sub") == sorted(numbers)
     assert not list(folder.glob("sub/*.tmp"))
     assert numbered(fs, f"{root}/missing") == []
+
+
+def test_the_state_bytes_gauge_lists_the_snapshots_at_most_once_per_period(tmp_path: Path):
+    """The sink reads the state's size at every commit; the listing behind it is throttled."""
+    from flamestream.spark.durable import QueryCheckpoint
+    from flamestream.spark.durable.state import StateBytesGauge, state_bytes
+
+    checkpoint = str(tmp_path / "ck")
+    part = Path(QueryCheckpoint(checkpoint).graph_url) / "count.grouping" / "part-00000"
+    part.mkdir(parents=True)
+    (part / "000000000000.state").write_bytes(b"x" * 10)
+    (part / "000000000001.state").write_bytes(b"x" * 25)  # the newest: what counts
+    assert state_bytes(checkpoint) == 25
+    throttled, fresh = StateBytesGauge(every=3600.0), StateBytesGauge(every=0.0)
+    assert throttled.of(checkpoint) == fresh.of(checkpoint) == 25
+    (part / "000000000002.state").write_bytes(b"x" * 40)
+    assert throttled.of(checkpoint) == 25  # not listed again within the period
+    assert fresh.of(checkpoint) == 40
+    assert StateBytesGauge().of(str(tmp_path / "no-graph")) == 0

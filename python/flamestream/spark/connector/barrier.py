@@ -38,7 +38,13 @@ def front_offsets(checkpoint: str, batch_id: int) -> list[dict[str, Any]]:
     ]
 
 
-def read_min_time(checkpoint: str, batch_id: int, *, in_task: bool = False) -> GlobalTime:
+def read_min_time(
+    checkpoint: str,
+    batch_id: int,
+    *,
+    in_task: bool = False,
+    offsets: list[dict[str, Any]] | None = None,
+) -> GlobalTime:
     """The min-time after ``batch_id``: the fronts' least report and the ack table's least.
 
     The fronts are every front of the query's flamestream sources: each reports ``(its next
@@ -49,15 +55,14 @@ def read_min_time(checkpoint: str, batch_id: int, *, in_task: bool = False) -> G
     ``in_task=True`` asks from inside the batch's tasks, before the batch's own sends into a
     loop are known: with loop channels that is the min-time after the previous batch (what
     this batch sends descends from items at or above it); without, it is the same answer.
+    ``offsets``: ``front_offsets(checkpoint, batch_id)`` if the caller read them already.
     """
     loops = loops_enabled(checkpoint)
     if in_task and loops:
         return read_min_time(checkpoint, batch_id - 1) if batch_id > 0 else GlobalTime(0, 0)
-    reports = [
-        report
-        for offset in front_offsets(checkpoint, batch_id)
-        for report in FrontOffset.from_json(offset).reports()
-    ]
+    if offsets is None:
+        offsets = front_offsets(checkpoint, batch_id)
+    reports = [report for offset in offsets for report in FrontOffset.from_json(offset).reports()]
     if not reports:
         msg = (
             f"sink: batch {batch_id} has no flamestream front; a barrier sink needs the "

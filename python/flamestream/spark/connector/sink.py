@@ -24,7 +24,7 @@ from __future__ import annotations
 import posixpath
 import time
 from collections.abc import Iterator
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -39,7 +39,7 @@ from flamestream.spark.connector.faults import crash_point
 from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.durable import QueryCheckpoint, batch_id_of_task
 from flamestream.spark.durable.barrier import BarrierStore, CommitOutcome, StagedPart
-from flamestream.spark.durable.state import state_bytes
+from flamestream.spark.durable.state import STATE_BYTES
 from flamestream.spark.exec.items import MAY_INVALIDATE, RELEASED_COLUMNS, TOMBSTONE
 from flamestream.spark.exec.shipping import OPTION as STAGE_OPTION
 from flamestream.spark.exec.shipping import unship
@@ -162,7 +162,8 @@ class BarrierWriter(DataSourceStreamArrowWriter):
         staged = [m for m in messages if isinstance(m, StagedMessage)]
         parts = [m.part for m in staged]
         written = sorted(m.released for m in staged if m.released is not None)
-        min_time = read_min_time(self.checkpoint, batchId)
+        offsets = front_offsets(self.checkpoint, batchId)  # read once: min-time and metrics
+        min_time = read_min_time(self.checkpoint, batchId, offsets=offsets)
 
         def release(batch_id: int, rows: pa.Table | None) -> None:
             if rows is not None:
@@ -181,9 +182,9 @@ class BarrierWriter(DataSourceStreamArrowWriter):
         if outcome.skipped and written:
             self.output.discard(batchId, written)
         crash_point("sink.commit.marked", batchId)
-        self._push_metrics(outcome)
+        self._push_metrics(outcome, offsets)
 
-    def _push_metrics(self, outcome: CommitOutcome) -> None:
+    def _push_metrics(self, outcome: CommitOutcome, offsets: list[dict[str, Any]]) -> None:
         """The barrier's gauges, through the JVM shim if this application runs one."""
         shim = Shim.find()
         if shim is None:
@@ -195,7 +196,7 @@ class BarrierWriter(DataSourceStreamArrowWriter):
             "bufferedRows": outcome.pending,
             "invalidationsDropped": outcome.dropped,
             "minTimeTs": min_ts,
-            "stateBytes": state_bytes(self.checkpoint),
+            "stateBytes": STATE_BYTES.of(self.checkpoint),
         }
         if min_ts > WALL_CLOCK_FLOOR:  # wall-clock ts are µs: how far the min-time trails now
             values["minTimeLagMs"] = max(0.0, (time.time_ns() // 1000 - min_ts) / 1000)
@@ -203,7 +204,7 @@ class BarrierWriter(DataSourceStreamArrowWriter):
         shim.push_metrics(f"sink.{self.output.kind}.{name}", values)
         # the memory the fronts' controllers budget for: found by the ids in this batch's offsets
         memory = {"bufferedRows": values["bufferedRows"], "stateBytes": values["stateBytes"]}
-        for offset in front_offsets(self.checkpoint, outcome.batch_id):
+        for offset in offsets:
             controller = offset.get("controller")
             if isinstance(controller, dict) and "id" in controller:
                 shim.push_metrics(f"controller.{controller['id']}", memory)

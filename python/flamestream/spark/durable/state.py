@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import posixpath
+import time
 from typing import Any
 
 from flamestream.spark.durable import (
@@ -67,3 +68,28 @@ def state_bytes(checkpoint: str) -> int:
         if folder not in newest or path > newest[folder][0]:
             newest[folder] = (path, int(info.get("size") or 0))
     return sum(size for _, size in newest.values())
+
+
+class StateBytesGauge:
+    """:func:`state_bytes` per query checkpoint, listed at most once per ``every`` seconds.
+
+    Listing the snapshots is a directory walk (one request per folder on object stores); a
+    gauge read at every commit would pay it per batch. The value is at most ``every`` seconds
+    old instead.
+    """
+
+    def __init__(self, every: float = 10.0) -> None:
+        self.every = every
+        self._known: dict[str, tuple[float, int]] = {}  # checkpoint -> (when listed, bytes)
+
+    def of(self, checkpoint: str) -> int:
+        """The state's bytes, listed again if the last listing is ``every`` seconds old."""
+        now = time.monotonic()
+        known = self._known.get(checkpoint)
+        if known is None or now - known[0] >= self.every:
+            known = self._known[checkpoint] = (now, state_bytes(checkpoint))
+        return known[1]
+
+
+#: The sink's commit reads the state's size through this (one listing per 10 s at most).
+STATE_BYTES = StateBytesGauge()
