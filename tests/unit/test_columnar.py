@@ -176,3 +176,40 @@ def test_the_columnar_count_sends_what_the_general_path_sends(
     columnar = outcome()
     runner.counted = None
     assert columnar == outcome()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    blocks=st.lists(st.lists(ASCII_TEXT | TEXT, min_size=1, max_size=6), min_size=1, max_size=5),
+    latest=st.booleans(),
+)
+def test_a_combining_first_stage_runs_over_a_read_tasks_blocks_at_once(
+    blocks: list[list[str]], latest: bool
+):
+    """In a front's read task, a stage that combines (latest) runs once over the task's
+    blocks: the rows of one run over them all. Other stages run block by block."""
+    from flamestream.spark import SparkGraph
+
+    graph = SparkGraph(_counting(True, "count"), release="latest" if latest else "every")
+    stage = graph._front_stage("value")
+    ts, made = 0, []
+    for lines in blocks:
+        made.append(
+            pa.RecordBatch.from_pydict(
+                {
+                    "ts": pa.array(range(ts, ts + len(lines)), pa.int64()),
+                    "front": pa.array([0] * len(lines), pa.int32()),
+                    "source": pa.array(["in.txt"] * len(lines)),
+                    "position": pa.array(range(ts, ts + len(lines)), pa.int64()),
+                    "value": pa.array(lines, pa.string()),
+                }
+            )
+        )
+        ts += len(lines)
+    got = [batch.to_pylist() for batch in stage.read(iter(made))]
+    if latest:
+        whole = stage.items(pa.concat_batches(made))
+        assert got == ([whole.to_pylist()] if whole.num_rows else [])
+    else:
+        each = [stage.items(block) for block in made]
+        assert got == [rows.to_pylist() for rows in each if rows.num_rows]

@@ -532,13 +532,7 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The range's records as Arrow batches, stamped; as item rows with a graph stage."""
         rows = self._stamped(partition)
-        if self.stage is None:
-            yield from rows
-            return
-        for batch in rows:
-            items = self.stage.items(batch)
-            if items.num_rows:
-                yield items
+        yield from rows if self.stage is None else self.stage.read(rows)
 
     def _stamped(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The range's records as Arrow batches, stamped with their global times."""
