@@ -488,7 +488,7 @@ def test_a_declared_count_releases_what_the_written_out_count_releases(
     outs = {}
     for way, flow in flows.items():
         graph = SparkGraph(flow, release="latest")
-        assert ("counted in Arrow" in graph.describe()) == (way == "declared")
+        assert ("split and counted in Arrow" in graph.describe()) == (way == "declared")
         reader = front_reader(spark, folder, stream=True, limit=5)
         checkpoint = str(tmp_path / way / "ck")
         run_writer(graph.write_stream(reader, checkpoint_location=checkpoint), tmp_path / way)

@@ -43,6 +43,9 @@ TEXT = st.text(
 
 ASCII_TEXT = st.text(alphabet=st.sampled_from(["a", "b", " ", "\t", "\n", "\x0c", "\x1c", "\x1f"]))
 
+#: Lines of many words (repeated ones), as a corpus has them.
+WORDS = st.lists(st.sampled_from(["a", "bb", "a", "c", "a"]), max_size=9).map(" ".join)
+
 
 def _counting(split: bool, how: str) -> Dataflow:
     flow = Dataflow("counting")
@@ -69,15 +72,17 @@ def _first_stage(flow: Dataflow, latest: bool = True) -> StageRunner:
 
 
 @pytest.mark.parametrize("split", [True, False])
-def test_a_declared_count_of_text_is_recognized(split: bool):
-    assert _first_stage(_counting(split, "count")).counted is not None
+@pytest.mark.parametrize("latest", [True, False])
+def test_a_declared_count_of_text_is_recognized(split: bool, latest: bool):
+    counted = _first_stage(_counting(split, "count"), latest).counted
+    assert counted is not None and counted.combine == latest
 
 
 @pytest.mark.parametrize(
     ("split", "how", "latest"),
     [
-        (True, "count", False),  # every update: no combine before the shuffle
         (True, "count_by_key", True),  # a key function: Python per word
+        (True, "count_by_key", False),
         (True, "opaque", True),  # a lambda mapper: not known to count
     ],
 )
@@ -111,7 +116,7 @@ def test_arrow_splits_ascii_text_as_str_split_does(lines: list[str]):
 @given(
     lines=st.lists(
         st.tuples(
-            ASCII_TEXT | TEXT,
+            WORDS | ASCII_TEXT | TEXT,
             st.integers(0, 2),  # ts step (0: the same ts as the row before)
             st.integers(0, 1),  # front
             st.sampled_from([0, 0, 0, 0, MAY_INVALIDATE, MAY_INVALIDATE | TOMBSTONE]),
@@ -121,9 +126,10 @@ def test_arrow_splits_ascii_text_as_str_split_does(lines: list[str]):
     ),
     split=st.booleans(),
     clean=st.booleans(),
+    latest=st.booleans(),
 )
 def test_the_columnar_count_sends_what_the_general_path_sends(
-    lines: list[tuple[str, int, int, int, str]], split: bool, clean: bool
+    lines: list[tuple[str, int, int, int, str]], split: bool, clean: bool, latest: bool
 ):
     """Byte for byte, and it runs for every batch the general path takes in order.
 
@@ -135,7 +141,7 @@ def test_the_columnar_count_sends_what_the_general_path_sends(
             (t.encode("ascii", "replace").decode(), max(step, 1), front, 0, "text")
             for t, step, front, _, _ in lines
         ]
-    runner = _first_stage(_counting(split, "count"))
+    runner = _first_stage(_counting(split, "count"), latest)
     counted = runner.counted
     assert counted is not None
     ts, rows = 1, []
@@ -165,7 +171,9 @@ def test_the_columnar_count_sends_what_the_general_path_sends(
         and all(kind == "text" for *_, kind in lines)
         and (not split or all(text.isascii() for text, *_ in lines))
     )
-    assert (counted.combined(batch) is not None) == qualifies
+    # not combined, a batch without a word goes the general way too (it sends no rows)
+    has_words = any(text.split() for text, *_ in lines) if split else bool(lines)
+    assert (counted.run(batch) is not None) == (qualifies and (latest or has_words))
 
     def outcome() -> Any:
         try:
@@ -213,3 +221,23 @@ def test_a_combining_first_stage_runs_over_a_read_tasks_blocks_at_once(
     else:
         each = [stage.items(block) for block in made]
         assert got == [rows.to_pylist() for rows in each if rows.num_rows]
+
+
+@settings(max_examples=200, deadline=None)
+@given(words=st.lists(st.text(min_size=1, max_size=300), min_size=1, max_size=8))
+def test_count_pairs_are_pickled_in_arrow_as_pickle_pickles_them(words: list[str]):
+    import pickle
+
+    from flamestream.spark.exec.columnar import _pickled_pairs
+    from flamestream.spark.exec.items import MAPPED_TAG, PICKLE_PROTOCOL
+
+    try:
+        data = pa.array([w.encode("utf-8") for w in words], pa.binary())
+    except UnicodeEncodeError:  # lone surrogates: not text a front reads
+        return
+    made = _pickled_pairs(data)
+    if any(len(w.encode()) >= 256 for w in words):
+        assert made is None  # a long word pickles another way: the general path's
+        return
+    assert made is not None
+    assert made.to_pylist() == [MAPPED_TAG + pickle.dumps((w, 1), PICKLE_PROTOCOL) for w in words]

@@ -32,19 +32,24 @@ from flamestream.graph.logical import LogicalGraph
 from flamestream.graph.mapreduce import Mapped
 from flamestream.model import LocalTime
 from flamestream.spark.exec.combine import Items
-from flamestream.spark.exec.items import TEXT_TAG
+from flamestream.spark.exec.items import ITEM_SCHEMA, MAPPED_TAG, TEXT_TAG
 from flamestream.spark.plan.stages import Stage, TextCount, text_count
 
 _L00 = LocalTime(0, 0)
 
 
 class CountedText:
-    """A stage that is ``[flat_map(str.split) ->] count(...)``'s map, combined: in Arrow."""
+    """A stage that is ``[flat_map(str.split) ->] count(...)``'s map: in Arrow."""
 
     def __init__(self, shape: TextCount) -> None:
         self.entry = shape.entry  #: the stage's one entry step
         self.split = shape.split  #: whether the entry splits the text into words first
-        self.dest = shape.dest  #: where the combined counts go (the count's merge, keyed)
+        self.dest = shape.dest  #: where the count's items go (the count's merge, keyed)
+        self.combine = shape.combined  #: combined per word (latest), or a row per word
+
+    def run(self, batch: pa.RecordBatch) -> Items | pa.RecordBatch | None:
+        """:meth:`combined` or :meth:`rows`, as the stage is; None: the general path runs."""
+        return self.combined(batch) if self.combine else self.rows(batch)
 
     @classmethod
     def of(
@@ -83,6 +88,40 @@ class CountedText:
         )
         out.flags = [0] * len(out.rows)
         return out
+
+    def rows(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
+        """Not combined: the rows leaving for :attr:`dest`, one per word; or None.
+
+        The general path's rows, byte for byte: its map sends ``(word, 1)`` pairs, encoded
+        as ``MAPPED_TAG`` and the pickle of the pair, keyed by the word's encoded key, with
+        the trace suffixes of the flat_map's child and the map (see :func:`_pickled_pairs`).
+        """
+        text = self._text(batch)
+        split = (
+            None if text is None else _words(text) if self.split else (text, np.arange(len(text)))
+        )
+        if split is None or not len(split[0]):
+            return None
+        words, rows = split
+        data = words.cast(pa.binary())
+        payload = _pickled_pairs(data)
+        if payload is None:
+            return None
+        taken = pa.array(rows, pa.int64())
+        n = len(words)
+        columns = [
+            pc.take(batch.column("ts"), taken),
+            pc.take(batch.column("front"), taken),
+            _suffix_bytes(rows, self.split),
+            pa.repeat(pa.scalar(0, pa.int8()), n),
+            pc.take(batch.column("source"), taken),
+            pc.take(batch.column("position"), taken),
+            pa.repeat(pa.scalar(self.dest, pa.string()), n),
+            pc.binary_join_element_wise(_TEXT_KEY, data, _NOTHING),
+            payload,
+            pa.nulls(n, pa.string()),
+        ]
+        return pa.RecordBatch.from_arrays(columns, schema=ITEM_SCHEMA)
 
     def _text(self, batch: pa.RecordBatch) -> pa.Array | None:
         """The rows' text, if the batch is one the general path takes in order; else None."""
@@ -123,6 +162,55 @@ def _words(text: pa.Array) -> tuple[pa.Array, np.ndarray] | None:
     kept = pc.greater(pc.binary_length(pieces), 0)
     rows = pc.list_parent_indices(lists).to_numpy()[kept.to_numpy(zero_copy_only=False)]
     return pieces.filter(kept), rows
+
+
+#: The bytes around a word in ``MAPPED_TAG`` + ``pickle.dumps((word, 1), 5)`` (word < 256
+#: bytes): protocol 5, a frame (its length follows: 8 bytes, little-endian), then
+#: SHORT_BINUNICODE (its length: 1 byte), the word, MEMOIZE, BININT1 1, TUPLE2, MEMOIZE, STOP.
+_PAIR_HEAD, _PAIR_TAIL = MAPPED_TAG + b"\x80\x05\x95", b"\x94K\x01\x86\x94."
+_PAIR_LENGTHS = np.dtype([("frame", "<u8"), ("opcode", "u1"), ("length", "u1")])
+_TEXT_KEY, _NOTHING = pa.scalar(TEXT_TAG, pa.binary()), pa.scalar(b"", pa.binary())
+#: An encoded trace suffix ``((0, child), (0, 0))``: 8 + 4 bytes per local time, big-endian.
+_CHILD_SUFFIX = np.dtype([("zero", "S8"), ("child", ">u4"), ("map", "S12")])
+#: The map's alone, ``((0, 0),)``.
+_MAP_SUFFIX = np.dtype([("map", "S12")])
+
+
+def _pickled_pairs(words: pa.Array) -> pa.Array | None:
+    """``MAPPED_TAG + pickle.dumps((word, 1), 5)`` per word (binary); None if one is long.
+
+    ``tests/unit/test_columnar.py`` checks the bytes against ``pickle``'s on random words.
+    """
+    lengths = pc.binary_length(words).to_numpy(zero_copy_only=False)
+    if lengths.max() >= 256:  # pickled as BINUNICODE, a 4-byte length: the general path
+        return None
+    fixed = np.zeros(len(lengths), _PAIR_LENGTHS)
+    fixed["frame"], fixed["opcode"], fixed["length"] = lengths + 8, 0x8C, lengths
+    middle = _fixed_binary(fixed)
+    head, tail = pa.scalar(_PAIR_HEAD, pa.binary()), pa.scalar(_PAIR_TAIL, pa.binary())
+    return pc.binary_join_element_wise(head, middle, words, tail, _NOTHING)
+
+
+def _suffix_bytes(rows: np.ndarray, split: bool) -> pa.Array:
+    """Each word's encoded trace: its row's is empty, then its suffix (see :func:`_suffixes`).
+
+    ``rows``: each word's row (ascending), for the flat_map's child index; without a split
+    only the map's ``(0, 0)``.
+    """
+    if not split:
+        return _fixed_binary(np.zeros(len(rows), _MAP_SUFFIX))
+    starts = np.flatnonzero(np.diff(rows, prepend=-1))  # each row's first word
+    children = np.arange(len(rows)) - np.repeat(starts, np.diff(np.append(starts, len(rows))))
+    fixed = np.zeros(len(rows), _CHILD_SUFFIX)
+    fixed["child"] = children
+    return _fixed_binary(fixed)
+
+
+def _fixed_binary(records: np.ndarray) -> pa.Array:
+    """Each record's bytes as one binary value."""
+    kind = pa.binary(records.dtype.itemsize)
+    buffers = [None, pa.py_buffer(records.tobytes())]
+    return pa.FixedSizeBinaryArray.from_buffers(kind, len(records), buffers).cast(pa.binary())
 
 
 def _suffixes(children: np.ndarray | None, n: int) -> list[tuple[LocalTime, ...]]:

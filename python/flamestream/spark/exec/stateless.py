@@ -92,6 +92,8 @@ class StageRunner:
         self.exits = Exits(graph, keys, render)
         #: the stage as Arrow kernels, when it is a declared count of text (see .columnar)
         self.counted = CountedText.of(graph, stage, self.precombine)
+        if self.counted and self.exits.keys.get(self.counted.dest) is not mapped_key:
+            self.counted = None  # rows for the merge carry map_reduce's keys, or none of this
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """``mapInArrow``'s function."""
@@ -110,9 +112,11 @@ class StageRunner:
 
     def _run(self, batch: pa.RecordBatch, payloads: list[Any] | None) -> pa.RecordBatch:
         if self.counted is not None and payloads is None:
-            counts = self.counted.combined(batch)
-            if counts is not None:
-                return self._rows(batch, {self.counted.dest: counts})
+            counted = self.counted.run(batch)
+            if isinstance(counted, pa.RecordBatch):
+                return counted
+            if counted is not None:
+                return self._rows(batch, {self.counted.dest: counted})
         queues = {sid: Items() for sid in self.stage.steps}
         leaving: dict[str, Items] = {}
         for to, items in self._entering(batch, payloads).items():

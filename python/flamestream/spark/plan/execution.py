@@ -180,8 +180,10 @@ class ExecutionPlan:
             kind = "fused: " if len(stage.steps) > 1 else ""
             host = self.hosts.get(stage.index)
             how = "one mapInArrow pass" if host is None else f"in stage {host}'s tasks, after it"
-            if text_count(self.graph, stage, self.precombine) is not None:
-                how += "; a declared count of text: split and counted in Arrow"
+            counted = text_count(self.graph, stage, self.precombine)
+            if counted is not None:
+                done = "split and counted" if counted.combined else "split and keyed"
+                how += f"; a declared count of text: {done} in Arrow"
         return (
             f"  stage {stage.index} [{kind}{' -> '.join(stage.steps)}] ({how}) "
             f"-> {', '.join(leaving)}"

@@ -323,24 +323,25 @@ def precombiners(graph: LogicalGraph, stages: list[Stage]) -> dict[str, Callable
 
 @dataclass(frozen=True)
 class TextCount:
-    """A stateless stage that is ``[flat_map(str.split) ->] count(...)``'s map, combined.
+    """A stateless stage that is ``[flat_map(str.split) ->] count(...)``'s map.
 
-    What :func:`text_count` recognizes; the stage runner then counts in Arrow
+    What :func:`text_count` recognizes; the stage runner then splits and counts in Arrow
     (:mod:`flamestream.spark.exec.columnar`).
     """
 
     entry: str  #: the stage's one entry step
     split: bool  #: whether the entry splits the text into words first
-    dest: str  #: where the combined counts go (the count's merge, in the keyed stage)
+    dest: str  #: where the count's items go (the count's merge, in the keyed stage)
+    combined: bool  #: whether they are combined per key before the shuffle (``latest``)
 
 
 def text_count(
     graph: LogicalGraph, stage: Stage, precombine: Mapping[str, Callable[[Any, Any], Any]]
 ) -> TextCount | None:
-    """``stage`` as a declared count of text combined before the shuffle, or None.
+    """``stage`` as a declared count of text, or None.
 
     Exactly the steps ``[flat_map(str.split) ->] map(count's mapper without a key)``, the map's
-    items going to a keyed entry that pre-combines them with ``operator.add``.
+    items going to the count's merge, which may pre-combine them (with ``operator.add``).
     """
     if stage.grouping is not None or len(stage.entries) != 1 or len(stage.steps) > 2:
         return None
@@ -359,6 +360,9 @@ def text_count(
     ):
         return None
     dest = graph.consumer(count.step_id)
-    if precombine.get(dest) is not operator.add:
+    if not isinstance(graph.step(dest), Merge) or dest in stage.steps:
         return None
-    return TextCount(steps[0].step_id, split, dest)
+    combiner = precombine.get(dest)
+    if combiner is not None and combiner is not operator.add:
+        return None
+    return TextCount(steps[0].step_id, split, dest, combined=combiner is not None)
