@@ -23,8 +23,9 @@ from flamestream.spark.exec.shipping import ship, unship
 
 #: A combining stage runs over this many front rows of a read task at once, at most ...
 COMBINE_ROWS = 1_000_000
-#: ... or this many bytes of them (whichever comes first).
-COMBINE_BYTES = 256 * 2**20
+#: ... or this many bytes of them (whichever comes first). A stage that runs in Python makes
+#: objects for every word of a run: 8 MiB of text is about 2 M words, some 0.4 GiB of them.
+COMBINE_BYTES = 8 * 2**20
 
 
 class FrontStage:
