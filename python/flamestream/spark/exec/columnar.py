@@ -2,21 +2,23 @@
 
 A stage runner applies steps item by item because their functions are opaque Python. Two
 are not: ``str.split`` as a flat_map's function, and :func:`flamestream.count`'s mapper
-(:class:`~flamestream.graph.mapreduce.CountMapper` without a key). When a stateless stage is
-exactly ``[flat_map(str.split) ->] count's map`` and the count's items are combined before the
-shuffle (``release="latest"``: its reducer is ``operator.add``), :class:`CountedText` makes
-the stage's output from Arrow kernels: ``ascii_split_whitespace`` (with the separators only
-``str.split()`` knows, the file separators U+001C to U+001F, made spaces first; empty pieces
-dropped, as ``str.split()`` makes none) and a ``group_by`` count. Python then runs once per distinct
-word, not once per word.
+(:class:`~flamestream.graph.mapreduce.CountMapper` without a key). A stateless stage that is
+exactly ``[flat_map(str.split) ->] count's map`` (``plan.stages.text_count``) runs as
+:class:`CountedText`, with Arrow kernels: ``ascii_split_whitespace``
+(with the separators only ``str.split()`` knows, the file separators U+001C to U+001F, made
+spaces first; empty pieces dropped, as ``str.split()`` makes none), then
 
-The output is the general path's, row for row: one ``Mapped(word, count)`` per word in order
-of first sight, with the row and trace suffix of the word's last occurrence (the items are in
-meta order, so a word's latest is its last). Only batches the general path would also take in
-order qualify: one target, no flags, empty traces (a front's rows), strictly increasing
-``(ts, front)``, and text payloads (ASCII text, to be split). Any other batch goes the
-general way.
-``tests/unit/test_columnar.py`` compares the two on random text.
+* combined before the shuffle (``release="latest"``, reducer ``operator.add``): a
+  ``group_by`` count; Python runs once per distinct word. One ``Mapped(word, count)`` per
+  word in order of first sight, with the row and trace suffix of the word's last occurrence
+  (the items are in meta order, so a word's latest is its last);
+* not combined (``release="every"``): one row per word, its payload the pickled ``(word, 1)``
+  pair built from the word's bytes and length; no Python per word.
+
+Either way the rows are the general path's, byte for byte. Only batches the general path
+would also take in order qualify: one target, no flags, empty traces (a front's rows),
+strictly increasing ``(ts, front)``, and text payloads (ASCII text, to be split). Any other
+batch goes the general way. ``tests/unit/test_columnar.py`` compares the two on random text.
 """
 
 from __future__ import annotations
@@ -47,10 +49,6 @@ class CountedText:
         self.dest = shape.dest  #: where the count's items go (the count's merge, keyed)
         self.combine = shape.combined  #: combined per word (latest), or a row per word
 
-    def run(self, batch: pa.RecordBatch) -> Items | pa.RecordBatch | None:
-        """:meth:`combined` or :meth:`rows`, as the stage is; None: the general path runs."""
-        return self.combined(batch) if self.combine else self.rows(batch)
-
     @classmethod
     def of(
         cls,
@@ -62,12 +60,13 @@ class CountedText:
         shape = text_count(graph, stage, precombine)
         return None if shape is None else cls(shape)
 
+    def run(self, batch: pa.RecordBatch) -> Items | pa.RecordBatch | None:
+        """:meth:`combined` or :meth:`rows`, as the stage is; None: the general path runs."""
+        return self.combined(batch) if self.combine else self.rows(batch)
+
     def combined(self, batch: pa.RecordBatch) -> Items | None:
         """The combined counts leaving for :attr:`dest`, or None (then the general path runs)."""
-        text = self._text(batch)
-        if text is None:
-            return None
-        split = _words(text) if self.split else (text, np.arange(len(text)))
+        split = self._words(batch)
         if split is None:
             return None
         words, rows = split
@@ -96,10 +95,7 @@ class CountedText:
         as ``MAPPED_TAG`` and the pickle of the pair, keyed by the word's encoded key, with
         the trace suffixes of the flat_map's child and the map (see :func:`_pickled_pairs`).
         """
-        text = self._text(batch)
-        split = (
-            None if text is None else _words(text) if self.split else (text, np.arange(len(text)))
-        )
+        split = self._words(batch)
         if split is None or not len(split[0]):
             return None
         words, rows = split
@@ -122,6 +118,13 @@ class CountedText:
             pa.nulls(n, pa.string()),
         ]
         return pa.RecordBatch.from_arrays(columns, schema=ITEM_SCHEMA)
+
+    def _words(self, batch: pa.RecordBatch) -> tuple[pa.Array, np.ndarray] | None:
+        """The batch's words (its texts, without a split) and each one's row; or None."""
+        text = self._text(batch)
+        if text is None:
+            return None
+        return _words(text) if self.split else (text, np.arange(len(text)))
 
     def _text(self, batch: pa.RecordBatch) -> pa.Array | None:
         """The rows' text, if the batch is one the general path takes in order; else None."""
