@@ -139,7 +139,7 @@ def run(spark: Any, variant: str, args: argparse.Namespace, work: cli.Workdir) -
         "rows": [p["numInputRows"] for p in measured],
         "load_before": before,
     }
-    problem = check(spark, variant, out, measured, _batches(query))
+    problem = check(variant, out, measured, _batches(query))
     return done | ({"error": f"{variant}: {problem}"} if problem else {})
 
 
@@ -152,7 +152,7 @@ def _batches(query: Any) -> list[dict[str, Any]]:
     return [seen[b] for b in sorted(seen)]
 
 
-def check(spark: Any, variant: str, out: Path, measured: list[Any], every: list[Any]) -> str | None:
+def check(variant: str, out: Path, measured: list[Any], every: list[Any]) -> str | None:
     """Why the run's output is wrong, or None."""
     if any(p["numInputRows"] == 0 for p in measured):
         return "a measured batch read no rows"

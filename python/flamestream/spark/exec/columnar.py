@@ -79,9 +79,7 @@ class CountedText:
         last = counted.column("at_max").to_numpy()
         out = Items()
         out.rows = rows[last].tolist()
-        # a word's index among its row's words (rows ascend: the row's first word is found)
-        children = last - np.searchsorted(rows, rows[last]) if self.split else None
-        out.suffixes = _suffixes(children, len(last))
+        out.suffixes = _suffixes(_children(rows)[last] if self.split else None, len(last))
         out.payloads = list(
             map(Mapped, counted.column("word").to_pylist(), counted.column("at_count").to_pylist())
         )
@@ -202,11 +200,15 @@ def _suffix_bytes(rows: np.ndarray, split: bool) -> pa.Array:
     """
     if not split:
         return _fixed_binary(np.zeros(len(rows), _MAP_SUFFIX))
-    starts = np.flatnonzero(np.diff(rows, prepend=-1))  # each row's first word
-    children = np.arange(len(rows)) - np.repeat(starts, np.diff(np.append(starts, len(rows))))
     fixed = np.zeros(len(rows), _CHILD_SUFFIX)
-    fixed["child"] = children
+    fixed["child"] = _children(rows)
     return _fixed_binary(fixed)
+
+
+def _children(rows: np.ndarray) -> np.ndarray:
+    """Each word's index among its row's words (``rows`` ascending, one per word)."""
+    starts = np.flatnonzero(np.diff(rows, prepend=-1))  # each row's first word
+    return np.arange(len(rows)) - np.repeat(starts, np.diff(np.append(starts, len(rows))))
 
 
 def _fixed_binary(records: np.ndarray) -> pa.Array:

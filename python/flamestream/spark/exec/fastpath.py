@@ -251,11 +251,11 @@ class MapReduceCycle:
         drops every index entry below it. So of what :meth:`run` would add to the state for a
         batch lying wholly below the min-time, only each key's last reduced item survives:
         this leaves each of the batch's keys with just that item (and its clock, and the
-        statistics as the collection would count them), and the index to ``collect_garbage``
-        as before. Two passes: the first checks every row and computes the leaving rows
-        without touching the state; if a row is not in order (or a reduce raises), its rows
-        are taken back, nothing has changed and it returns None (then :meth:`run` does the
-        batch).
+        statistics as the collection would count them), and no index entry for the batch's
+        global times (the collection would drop them). Two passes: the first checks every
+        row and computes the leaving rows without touching the state; if a row is not in
+        order (or a reduce raises), its rows are taken back, nothing has changed and it
+        returns None (then :meth:`run` does the batch).
 
         Returns the row in ``leaving`` of each key's last leaving item, keys in order of first
         sight: what ``Leaving.latest`` keeps of the rows, found without comparing metas.
@@ -269,7 +269,7 @@ class MapReduceCycle:
         added = len(leaving.times) - mark
         leaving.dests += [self.exit_to] * added
         leaving.flags += [0] * added
-        self._keep_last_reduced(state, keys, decoded, added)
+        self._keep_last_reduced(state, keys, decoded)
         return [held[6] for held in keys.values()]
 
     def _fold_in_order(
@@ -354,12 +354,11 @@ class MapReduceCycle:
         state: GroupingState,
         keys: dict[Hashable, list[Any]],
         decoded: _TraceCache,
-        added: int,
     ) -> None:
         """The state as :meth:`run` and then ``collect_garbage(min_time)`` would leave it.
 
         ``keys`` holds, per key of the batch, what :meth:`run_in_order` kept of its last
-        reduced item; ``added`` the items that left.
+        reduced item.
         """
         # What run() and then collect_garbage(min_time) leave. The batch's global times are
         # not indexed: all lie below the min-time, so the collection would drop them again

@@ -64,23 +64,22 @@ class FrontStage:
         block, and the keyed stage gets that many fewer rows. The blocks come in meta order,
         so the rows run together are too. Other stages run block by block.
         """
-        if not getattr(self.runner, "precombine", None):
+        if not self.runner.precombine:
             for block in blocks:
-                items = self.items(block)
-                if items.num_rows:
-                    yield items
+                yield from self._combined([block])
             return
         held: list[pa.RecordBatch] = []
+        rows = size = 0
         for block in blocks:
             held.append(block)
-            if sum(b.num_rows for b in held) >= COMBINE_ROWS or (
-                sum(b.nbytes for b in held) >= COMBINE_BYTES
-            ):
+            rows, size = rows + block.num_rows, size + block.nbytes
+            if rows >= COMBINE_ROWS or size >= COMBINE_BYTES:
                 yield from self._combined(held)
-                held = []
+                held, rows, size = [], 0, 0
         yield from self._combined(held)
 
     def _combined(self, blocks: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """The stage's item rows for ``blocks`` run as one batch (none for no rows)."""
         if blocks:
             items = self.items(blocks[0] if len(blocks) == 1 else pa.concat_batches(blocks))
             if items.num_rows:
