@@ -476,8 +476,9 @@ def test_latest_release_gives_each_batchs_final_count_per_word(spark: SparkSessi
 def test_a_declared_count_releases_what_the_written_out_count_releases(
     spark: SparkSession, tmp_path: Path
 ):
-    """``count`` (split and counted in Arrow in the front's reads) against the same count as
-    map_reduce with a lambda (Python per word): the same rows, metas and all, released."""
+    """``count`` (split and counted in Arrow in the front's reads, summed in Arrow in the keyed
+    stage) against the same count as map_reduce with a lambda and ``int.__add__`` (Python per
+    word, folded in Python): the same rows, metas and all, released."""
     folder = tmp_path / "in"
     for name, lines in TEXT.items():  # repeated words, and some lines twice over
         write_lines(folder / name, [*lines, *lines[::2], "  the  the\tfox  "])
@@ -489,6 +490,7 @@ def test_a_declared_count_releases_what_the_written_out_count_releases(
     for way, flow in flows.items():
         graph = SparkGraph(flow, release="latest")
         assert ("split and counted in Arrow" in graph.describe()) == (way == "declared")
+        assert ("summed in Arrow" in graph.describe()) == (way == "declared")  # int.__add__
         reader = front_reader(spark, folder, stream=True, limit=5)
         checkpoint = str(tmp_path / way / "ck")
         run_writer(graph.write_stream(reader, checkpoint_location=checkpoint), tmp_path / way)

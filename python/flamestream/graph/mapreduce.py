@@ -105,6 +105,15 @@ class ReduceStep:
         """Whether mapped values may be pre-combined: commutative, and no ``initial``."""
         return self.commutative and self.initial is _identity
 
+    @property
+    def sums(self) -> bool:
+        """Whether it adds values up: ``operator.add``, no ``initial`` (``count``'s reduce).
+
+        On ints that is a sum per key, which a runtime may compute without calling Python per
+        item (the Spark runtime's keyed stage does so, see ``flamestream.spark.exec.summed``).
+        """
+        return self.reducer is operator.add and self.initial is _identity
+
     def __call__(self, window: tuple[Any, ...]) -> Reduced[Any, Any]:
         """The reduced item for a grouping's tuple ending in a mapped item."""
         mapped = window[-1]

@@ -51,6 +51,7 @@ from flamestream.spark.exec.keyed_state import TaskLocal, state_io
 from flamestream.spark.exec.partitioning import KEY_PARTITION
 from flamestream.spark.exec.routing import LoopRouter, LoopSpec
 from flamestream.spark.exec.stateless import Exits, render_default
+from flamestream.spark.exec.summed import SummedCycle
 from flamestream.spark.plan.stages import Stage
 
 #: The item row columns a keyed stage reads (``key`` only routed the shuffle, ``value`` is
@@ -114,6 +115,8 @@ class KeyedRunner:
         self.latest = latest  #: release="latest": one item per key and destination per batch
         #: map_reduce's cycle, whose in-order items skip the per-step deliveries (fastpath)
         self.cycle = MapReduceCycle.of(graph, stage)
+        #: the cycle's in-order batches in Arrow, when its reduce adds up (count)
+        self.summed = SummedCycle.of(self.cycle)
         self.fast = True  #: False: every item the general way (tests compare the two)
         #: set when items coming round the cycle may change key (not map_reduce's cycle)
         self.loop = loop
@@ -211,6 +214,11 @@ class KeyedRunner:
             else:
                 handlers[sid] = stateless_handler(step, self.targets[sid], call)
         router = self._router = self._new_router(determinants.get)
+        if self.summed is not None and self.fast and router is None and min_time is not None:
+            ran = self.summed.run(table, state, min_time, self.exits, self.latest)
+            if ran is not None:  # the batch ran in Arrow (else it goes the ways below)
+                out, self.handed_payloads = ran
+                return out
         leaving = Leaving()
         columns = {name: table.column(name).to_pylist() for name in _INPUT_COLUMNS}
         ts, fronts, traces, flags = (columns[c] for c in ("ts", "front", "trace", "flags"))

@@ -25,7 +25,8 @@ from typing import Any
 
 from flamestream.errors import GraphError
 from flamestream.graph.logical import LogicalGraph
-from flamestream.graph.steps import Merge, Sink, Source
+from flamestream.graph.mapreduce import ReduceStep
+from flamestream.graph.steps import Map, Merge, Sink, Source
 from flamestream.spark.plan.stages import (
     Stage,
     keyed_entries,
@@ -170,6 +171,8 @@ class ExecutionPlan:
             kind = f"keyed by {stage.grouping}: "
             how = "shuffled by key, state per partition"
             how += ", its cycle runs in the task" if len(stage.steps) > 1 else ""
+            if _adds_up(self.graph, stage):
+                how += "; a declared sum: in-order batches summed in Arrow"
         elif stage.grouping:
             kind = f"keyed by {stage.grouping}: "
             how = (
@@ -188,6 +191,12 @@ class ExecutionPlan:
             f"  stage {stage.index} [{kind}{' -> '.join(stage.steps)}] ({how}) "
             f"-> {', '.join(leaving)}"
         )
+
+
+def _adds_up(graph: LogicalGraph, stage: Stage) -> bool:
+    """Whether ``stage`` reduces with a sum (``ReduceStep.sums``: ``count``, ``operator.add``)."""
+    steps = [graph.step(sid) for sid in stage.steps]
+    return any(isinstance(s, Map) and isinstance(s.fn, ReduceStep) and s.fn.sums for s in steps)
 
 
 def plan_execution(

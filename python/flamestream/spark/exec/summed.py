@@ -1,0 +1,399 @@
+"""map_reduce's cycle adding up ints (``count``, or ``operator.add``), run in Arrow.
+
+:meth:`MapReduceCycle.run_in_order <flamestream.spark.exec.fastpath.MapReduceCycle>` folds a
+batch lying wholly in order and below the min-time one row at a time: decode the pair, fold,
+make the leaving row. When the reduce adds up (``ReduceStep.sums``: ``operator.add``, no
+``initial``) and every row is a ``Mapped(text key, int value)``, that fold is a cumulative sum
+per key, and what it leaves is fixed by the rows alone:
+
+* a row of rank ``k`` among its key's rows (in meta order) leaves with the key's sum so far,
+  its trace ``entering + (0,0) + (c + 1 + 2k, 0) + exit tail``, where ``c`` is the bucket's
+  clock before the batch (each row's tuple and its reduced item take two logical times);
+* the key's bucket keeps its last reduced item and clock ``c + 2 * rows``, as the collection
+  below the min-time leaves it (``GroupingState.settle_in_order``).
+
+:class:`SummedCycle` computes that with numpy and Arrow: the pairs are read from their pickles'
+bytes (a layout check on every row; any other payload sends the batch to the Python fold),
+keys grouped with ``dictionary_encode``, sums with ``cumsum``. Python runs once per distinct
+key (the bucket's tail, the settled state) and once per leaving row for its ``Reduced``
+payload. The rows are those of ``run_in_order`` byte for byte, in the same order, and the
+state is the same: ``tests/unit/test_fastpath.py`` compares them on random batches.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from flamestream.graph.mapreduce import Reduced
+from flamestream.model import DataItem, GlobalTime, LocalTime, Meta
+from flamestream.runtime.grouping import GroupingState
+from flamestream.spark.exec.fastpath import MapReduceCycle, _TraceCache
+from flamestream.spark.exec.items import LOCAL_BYTES
+from flamestream.spark.exec.stateless import Exits
+
+#: ``MAPPED_TAG`` + ``pickle.dumps((text, int), 5)`` with text < 256 bytes: the tag, protocol
+#: 5, a frame (8-byte little-endian length), SHORT_BINUNICODE (1-byte length) + the text,
+#: MEMOIZE, an int (BININT1, BININT2 or BININT: 1, 2 or 4 bytes), TUPLE2, MEMOIZE, STOP.
+_HEAD = b"m\x80\x05\x95"
+_TEXT_OP, _MEMOIZE, _TAIL = 0x8C, 0x94, b"\x86\x94."
+#: Bytes of a pair besides its text and its int.
+_PAIR_BYTES = len(_HEAD) + 8 + 2 + 1 + 1 + len(_TAIL)
+#: The int opcode for each width.
+_INT_OPS = {1: ord("K"), 2: ord("M"), 4: ord("J")}
+#: Sums stay exact in int64 while bases (earlier sums) and per-batch sums stay below these.
+_BASE_LIMIT, _ROWS_LIMIT = 2**62, 2**30
+
+_L00 = LocalTime(0, 0)
+
+
+class SummedCycle:
+    """A summing map_reduce cycle's in-order batches, in Arrow (module docstring)."""
+
+    def __init__(self, cycle: MapReduceCycle) -> None:
+        self.cycle = cycle
+        # (0,0) of the merge before a row's clock, and the 4 child bytes and exit tail after
+        self._after_clock = np.frombuffer(bytes(4) + cycle.exit_tail, np.uint8)
+
+    @classmethod
+    def of(cls, cycle: MapReduceCycle | None) -> SummedCycle | None:
+        """The summing form of ``cycle``, or None if its reduce does not add up."""
+        if cycle is None or not cycle.reduce.sums:
+            return None
+        return cls(cycle)
+
+    def run(
+        self,
+        table: pa.Table,
+        state: GroupingState,
+        min_time: GlobalTime,
+        exits: Exits,
+        latest: bool,
+    ) -> tuple[pa.RecordBatch, list[Any] | None] | None:
+        """The leaving rows (and handed payloads) of ``table`` (in meta order); or None.
+
+        As ``run_in_order`` followed by ``Leaving.batch`` (``latest``: each key's last row,
+        keys in order of first sight), for a caller that collects garbage below ``min_time``
+        right after. None, with the state untouched, when the batch does not qualify:
+
+        1. The batch is plain: no flags, all bound for the merge, below the min-time, and the
+           state indexes no item (so none of the batch's times may invalidate).
+        2. Every payload is a pickled ``(text, int)`` pair, read without unpickling.
+        3. Keys are grouped; each key's first row comes after its bucket's last item, whose
+           value (if reduced) is an int.
+        4. Sums and clocks per row; rows of one key and one global time stay in order.
+        5. The leaving rows, built as ``Leaving.batch`` builds them.
+        6. The state settles, key by key.
+        """
+        rows = table.num_rows
+        # 1. plain
+        if not rows or rows >= _ROWS_LIMIT or not self._plain(table, state, min_time):
+            return None
+        # 2. pairs
+        pairs = _pairs(table.column("payload").combine_chunks())
+        if pairs is None:
+            return None
+        words, values = pairs
+        # 3. keys
+        groups = _Groups(words)
+        ts = table.column("ts").to_numpy()
+        fronts = table.column("front").to_numpy()
+        traces = table.column("trace").combine_chunks()
+        decoded = _TraceCache()
+        heads = self._heads(state, groups, ts, fronts, traces, decoded)
+        if heads is None:
+            return None
+        bases, clocks = heads
+        # 4. sums and clocks
+        totals = groups.scatter(groups.cumulative(values) + np.repeat(bases, groups.counts))
+        row_clocks = groups.scatter(np.repeat(clocks + 1, groups.counts) + 2 * groups.ranks())
+        if not self._same_times_in_order(groups, ts, fronts, traces, row_clocks):
+            return None
+        # 5. leaving rows
+        leaving = groups.last_rows if latest else np.arange(rows)
+        firsts = _first_of_time(ts, fronts)
+        out = self._leaving(table, leaving, firsts, groups, (totals, row_clocks), traces, exits)
+        # 6. state
+        finals = (totals[groups.last_rows].tolist(), (clocks + 2 * groups.counts).tolist())
+        self._settle(state, groups, ts, fronts, traces, finals, decoded)
+        return out
+
+    def _plain(self, table: pa.Table, state: GroupingState, min_time: GlobalTime) -> bool:
+        """Step 1 of :meth:`run`: nothing in the batch needs the general path's care."""
+        if state.indexed_times() or table.column("payload").null_count:
+            return False
+        if pc.any(pc.not_equal(table.column("flags"), 0)).as_py():
+            return False
+        if pc.any(pc.not_equal(table.column("to"), self.cycle.merge)).as_py():
+            return False
+        ts, fronts = table.column("ts"), table.column("front")
+        below = pc.or_(
+            pc.less(ts, min_time.ts),
+            pc.and_(pc.equal(ts, min_time.ts), pc.less(fronts, min_time.front)),
+        )
+        return bool(pc.all(below).as_py())
+
+    def _heads(
+        self,
+        state: GroupingState,
+        groups: _Groups,
+        ts: np.ndarray,
+        fronts: np.ndarray,
+        traces: pa.Array,
+        decoded: _TraceCache,
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Per key, the sum before the batch and the bucket's clock; None if out of order."""
+        first = groups.first_rows
+        first_ts, first_fronts = ts[first].tolist(), fronts[first].tolist()
+        first_traces = traces.take(first).to_pylist()
+        bases, clocks = [], []
+        for nth, key in enumerate(groups.keys):
+            previous, clock = state.tail(key)
+            base = 0  # no reduced item before: the first row's value is the sum
+            if previous is not None:
+                time = GlobalTime(first_ts[nth], first_fronts[nth])
+                if not previous.meta < Meta(time, decoded(first_traces[nth])):
+                    return None
+                if isinstance(previous.payload, Reduced):
+                    base = previous.payload.value
+                    if type(base) is not int or not -_BASE_LIMIT < base < _BASE_LIMIT:
+                        return None
+            bases.append(base)
+            clocks.append(clock)
+        return np.array(bases, np.int64), np.array(clocks, np.int64)
+
+    def _same_times_in_order(
+        self,
+        groups: _Groups,
+        ts: np.ndarray,
+        fronts: np.ndarray,
+        traces: pa.Array,
+        row_clocks: np.ndarray,
+    ) -> bool:
+        """Whether each row of a key follows the key's row before it at the same time.
+
+        The Python fold checks that the row's trace at the grouping comes after the reduced
+        item of the row before (``entering + (0,0) + (clock,0) + back tail``). Traces of equal
+        length in meta order do unless equal; other pairs are compared as the fold does.
+        """
+        order = groups.order
+        before, after = order[:-1], order[1:]
+        same = (
+            (groups.codes[before] == groups.codes[after])
+            & (ts[before] == ts[after])
+            & (fronts[before] == fronts[after])
+        )
+        if not same.any():
+            return True
+        before, after = before[same], after[same]
+        lengths = pc.binary_length(traces).to_numpy()
+        if pc.any(pc.equal(traces.take(before), traces.take(after))).as_py():
+            return False
+        uneven = lengths[before] != lengths[after]
+        back = self.cycle.back_bytes
+        merge = bytes(LOCAL_BYTES)
+        for row, next_row in zip(before[uneven].tolist(), after[uneven].tolist(), strict=True):
+            reduced = traces[row].as_py() + merge + _local(int(row_clocks[row])) + back
+            if not traces[next_row].as_py() + merge > reduced:
+                return False
+        return True
+
+    def _leaving(
+        self,
+        table: pa.Table,
+        rows: np.ndarray,
+        firsts: np.ndarray,
+        groups: _Groups,
+        sums: tuple[np.ndarray, np.ndarray],
+        traces: pa.Array,
+        exits: Exits,
+    ) -> tuple[pa.RecordBatch, list[Any] | None]:
+        """``rows``' leaving rows and handed payloads, as ``Leaving.batch`` makes them.
+
+        ``firsts``: per row, the first row of its global time (whose determinant it has);
+        ``sums``: per row, the key's sum and the row's clock.
+        """
+        keys, (totals, row_clocks) = groups.keys, sums
+        payloads = list(
+            map(Reduced, [keys[c] for c in groups.codes[rows].tolist()], totals[rows].tolist())
+        )
+        ts, fronts = table.column("ts").take(rows), table.column("front").take(rows)
+        sources = table.column("source").take(firsts[rows])
+        positions = table.column("position").take(firsts[rows])
+
+        def where(nth: int) -> tuple[GlobalTime, Any]:
+            time = GlobalTime(ts[nth].as_py(), fronts[nth].as_py())
+            return time, (sources[nth].as_py(), positions[nth].as_py())
+
+        out = exits.builder()
+        out.extend(self.cycle.exit_to, payloads, [0] * len(rows), where)
+        batch = out.batch(
+            ts.combine_chunks(),
+            fronts.combine_chunks(),
+            self._leaving_traces(traces.take(rows), row_clocks[rows]),
+            pa.array(np.zeros(len(rows), np.int8)),
+            sources.combine_chunks(),
+            positions.combine_chunks(),
+        )
+        return batch, out.objects
+
+    def _leaving_traces(self, traces: pa.Array, clocks: np.ndarray) -> pa.Array:
+        """Each entering trace, the merge's ``(0,0)``, ``(clock, 0)`` and the exit tail."""
+        tail = self._after_clock
+        record = np.zeros((len(clocks), 2 * LOCAL_BYTES - 4 + len(tail)), np.uint8)
+        record[:, LOCAL_BYTES : LOCAL_BYTES + 8] = (
+            clocks.astype(">u8").view(np.uint8).reshape(-1, 8)
+        )
+        record[:, LOCAL_BYTES + 8 :] = tail
+        kind = pa.binary(record.shape[1])
+        fixed = pa.FixedSizeBinaryArray.from_buffers(
+            kind, len(clocks), [None, pa.py_buffer(record.tobytes())]
+        )
+        return pc.binary_join_element_wise(traces, fixed.cast(pa.binary()), b"")
+
+    def _settle(
+        self,
+        state: GroupingState,
+        groups: _Groups,
+        ts: np.ndarray,
+        fronts: np.ndarray,
+        traces: pa.Array,
+        finals: tuple[list[int], list[int]],
+        decoded: _TraceCache,
+    ) -> None:
+        """Each key's bucket as ``run_in_order`` leaves it: its last reduced item alone."""
+        last = groups.last_rows
+        last_ts, last_fronts = ts[last].tolist(), fronts[last].tolist()
+        last_traces = traces.take(last).to_pylist()
+        back_tail = self.cycle.back_tail
+        totals, clocks = finals
+        for nth, (key, rows) in enumerate(zip(groups.keys, groups.counts.tolist(), strict=True)):
+            clock = clocks[nth]
+            trace = (*decoded(last_traces[nth]), LocalTime(clock - 1, 0), *back_tail)
+            time = GlobalTime(last_ts[nth], last_fronts[nth])
+            kept = (DataItem(Reduced(key, totals[nth]), Meta(time, trace)),)
+            state.settle_in_order(key, kept, clock, appended=2 * rows)
+
+
+class _Groups:
+    """A batch's rows grouped by key: keys in order of first sight, rows in meta order."""
+
+    def __init__(self, words: pa.Array) -> None:
+        encoded = pc.dictionary_encode(words)
+        self.keys: list[Any] = encoded.dictionary.to_pylist()
+        self.codes: np.ndarray = encoded.indices.to_numpy().astype(np.int64)
+        #: the rows, key by key (each key's in meta order)
+        self.order: np.ndarray = np.argsort(self.codes, kind="stable")
+        self.counts: np.ndarray = np.bincount(self.codes, minlength=len(self.keys))
+        self.ends: np.ndarray = np.cumsum(self.counts)
+        self.starts: np.ndarray = self.ends - self.counts
+        self.first_rows: np.ndarray = self.order[self.starts]
+        self.last_rows: np.ndarray = self.order[self.ends - 1]
+
+    def ranks(self) -> np.ndarray:
+        """Each row's rank among its key's rows, key by key (as ``order``)."""
+        ranks: np.ndarray = np.arange(len(self.order)) - np.repeat(self.starts, self.counts)
+        return ranks
+
+    def cumulative(self, values: np.ndarray) -> np.ndarray:
+        """Each row's sum of its key's values up to it, key by key (as ``order``)."""
+        sums = np.cumsum(values[self.order])
+        before = np.concatenate(([0], sums))[self.starts]
+        within: np.ndarray = sums - np.repeat(before, self.counts)
+        return within
+
+    def scatter(self, by_key: np.ndarray) -> np.ndarray:
+        """Values given key by key (as ``order``), by row."""
+        out = np.empty_like(by_key)
+        out[self.order] = by_key
+        return out
+
+
+def _pairs(payloads: pa.Array) -> tuple[pa.Array, np.ndarray] | None:
+    """The text keys and int values of pickled ``(text, int)`` pairs; None if one is not.
+
+    Every byte of the layout is checked (tag, protocol, frame length, opcodes, lengths), so
+    what is read is what ``pickle.loads`` would return; the text must be valid UTF-8.
+    """
+    if payloads.type != pa.binary():
+        return None
+    offsets = np.frombuffer(payloads.buffers()[1], np.int32, len(payloads) + 1, payloads.offset * 4)
+    data = np.frombuffer(payloads.buffers()[2], np.uint8)
+    starts = offsets[:-1].astype(np.int64)
+    lengths = np.diff(offsets).astype(np.int64)
+    if lengths.min() < _PAIR_BYTES + 1:
+        return None
+    texts = data[starts + 13].astype(np.int64)
+    widths = lengths - _PAIR_BYTES - texts
+    if not np.isin(widths, list(_INT_OPS)).all():
+        return None
+    if not _layout_holds(data, starts, lengths, texts, widths):
+        return None
+    at = starts + len(_HEAD) + 12 + texts  # the int's first byte
+    values = _ints(data, at, widths)
+    words = _gathered(data, starts + len(_HEAD) + 10, texts)
+    try:
+        return words.cast(pa.string()), values
+    except pa.ArrowInvalid:  # not UTF-8: pickle would not make such a str
+        return None
+
+
+def _layout_holds(
+    data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, texts: np.ndarray, widths: np.ndarray
+) -> bool:
+    """Whether every pair has the layout's fixed bytes where they belong (see ``_HEAD``)."""
+    for offset, byte in enumerate(_HEAD):
+        if not (data[starts + offset] == byte).all():
+            return False
+    frame = np.zeros(len(starts), np.int64)
+    for nth in range(8):
+        frame |= data[starts + len(_HEAD) + nth].astype(np.int64) << (8 * nth)
+    if not (frame == lengths - len(_HEAD) - 8).all():
+        return False
+    text_op = starts + len(_HEAD) + 8
+    if not (data[text_op] == _TEXT_OP).all():
+        return False
+    memoize = text_op + 2 + texts
+    if not (data[memoize] == _MEMOIZE).all():
+        return False
+    ops = np.select([widths == w for w in _INT_OPS], list(_INT_OPS.values()))
+    if not (data[memoize + 1] == ops).all():
+        return False
+    ends = starts + lengths
+    return all((data[ends - len(_TAIL) + nth] == byte).all() for nth, byte in enumerate(_TAIL))
+
+
+def _ints(data: np.ndarray, at: np.ndarray, widths: np.ndarray) -> np.ndarray:
+    """The little-endian ints at ``at``: unsigned of 1 or 2 bytes, signed of 4."""
+    last = len(data) - 1
+    byte = [data[np.minimum(at + nth, last)].astype(np.int64) for nth in range(4)]
+    two = byte[0] | (byte[1] << 8)
+    four = (two | (byte[2] << 16) | (byte[3] << 24)).astype(np.uint32).view(np.int32)
+    ints: np.ndarray = np.where(
+        widths == 1, byte[0], np.where(widths == 2, two, four.astype(np.int64))
+    )
+    return ints
+
+
+def _gathered(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """The byte ranges ``[start, start + length)`` of ``data`` as one binary array."""
+    offsets = np.zeros(len(starts) + 1, np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    index = np.repeat(starts - offsets[:-1], lengths) + np.arange(int(offsets[-1]))
+    buffers = [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(data[index].tobytes())]
+    return pa.BinaryArray.from_buffers(pa.binary(), len(starts), buffers)
+
+
+def _first_of_time(ts: np.ndarray, fronts: np.ndarray) -> np.ndarray:
+    """Per row, the first row of its global time (rows in meta order)."""
+    new = np.ones(len(ts), bool)
+    new[1:] = (ts[1:] != ts[:-1]) | (fronts[1:] != fronts[:-1])
+    return np.maximum.accumulate(np.where(new, np.arange(len(ts)), 0))
+
+
+def _local(clock: int) -> bytes:
+    """The encoded local time ``(clock, 0)``."""
+    return clock.to_bytes(8, "big") + bytes(4)
