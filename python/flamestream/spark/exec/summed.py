@@ -98,27 +98,22 @@ class SummedCycle:
             return None
         words, values = pairs
         # 3. keys
-        groups = _Groups(words)
-        ts = table.column("ts").to_numpy()
-        fronts = table.column("front").to_numpy()
-        traces = table.column("trace").combine_chunks()
-        decoded = _TraceCache()
-        heads = self._heads(state, groups, ts, fronts, traces, decoded)
+        groups, metas = _Groups(words), _Metas(table)
+        heads = self._heads(state, groups, metas)
         if heads is None:
             return None
         bases, clocks = heads
         # 4. sums and clocks
         totals = groups.scatter(groups.cumulative(values) + np.repeat(bases, groups.counts))
         row_clocks = groups.scatter(np.repeat(clocks + 1, groups.counts) + 2 * groups.ranks())
-        if not self._same_times_in_order(groups, ts, fronts, traces, row_clocks):
+        if not self._same_times_in_order(groups, metas, row_clocks):
             return None
         # 5. leaving rows
         leaving = groups.last_rows if latest else np.arange(rows)
-        firsts = _first_of_time(ts, fronts)
-        out = self._leaving(table, leaving, firsts, groups, (totals, row_clocks), traces, exits)
+        out = self._leaving(table, leaving, metas, groups, (totals, row_clocks), exits)
         # 6. state
         finals = (totals[groups.last_rows].tolist(), (clocks + 2 * groups.counts).tolist())
-        self._settle(state, groups, ts, fronts, traces, finals, decoded)
+        self._settle(state, groups, metas, finals)
         return out
 
     def _plain(self, table: pa.Table, state: GroupingState, min_time: GlobalTime) -> bool:
@@ -137,25 +132,15 @@ class SummedCycle:
         return bool(pc.all(below).as_py())
 
     def _heads(
-        self,
-        state: GroupingState,
-        groups: _Groups,
-        ts: np.ndarray,
-        fronts: np.ndarray,
-        traces: pa.Array,
-        decoded: _TraceCache,
+        self, state: GroupingState, groups: _Groups, metas: _Metas
     ) -> tuple[np.ndarray, np.ndarray] | None:
         """Per key, the sum before the batch and the bucket's clock; None if out of order."""
-        first = groups.first_rows
-        first_ts, first_fronts = ts[first].tolist(), fronts[first].tolist()
-        first_traces = traces.take(first).to_pylist()
         bases, clocks = [], []
-        for nth, key in enumerate(groups.keys):
+        for key, (time, trace) in zip(groups.keys, metas.at(groups.first_rows), strict=True):
             previous, clock = state.tail(key)
             base = 0  # no reduced item before: the first row's value is the sum
             if previous is not None:
-                time = GlobalTime(first_ts[nth], first_fronts[nth])
-                if not previous.meta < Meta(time, decoded(first_traces[nth])):
+                if not previous.meta < Meta(time, metas.decoded(trace)):
                     return None
                 if isinstance(previous.payload, Reduced):
                     base = previous.payload.value
@@ -165,21 +150,14 @@ class SummedCycle:
             clocks.append(clock)
         return np.array(bases, np.int64), np.array(clocks, np.int64)
 
-    def _same_times_in_order(
-        self,
-        groups: _Groups,
-        ts: np.ndarray,
-        fronts: np.ndarray,
-        traces: pa.Array,
-        row_clocks: np.ndarray,
-    ) -> bool:
+    def _same_times_in_order(self, groups: _Groups, metas: _Metas, row_clocks: np.ndarray) -> bool:
         """Whether each row of a key follows the key's row before it at the same time.
 
         The Python fold checks that the row's trace at the grouping comes after the reduced
         item of the row before (``entering + (0,0) + (clock,0) + back tail``). Traces of equal
         length in meta order do unless equal; other pairs are compared as the fold does.
         """
-        order = groups.order
+        order, ts, fronts, traces = groups.order, metas.ts, metas.fronts, metas.traces
         before, after = order[:-1], order[1:]
         same = (
             (groups.codes[before] == groups.codes[after])
@@ -205,24 +183,24 @@ class SummedCycle:
         self,
         table: pa.Table,
         rows: np.ndarray,
-        firsts: np.ndarray,
+        metas: _Metas,
         groups: _Groups,
         sums: tuple[np.ndarray, np.ndarray],
-        traces: pa.Array,
         exits: Exits,
     ) -> tuple[pa.RecordBatch, list[Any] | None]:
         """``rows``' leaving rows and handed payloads, as ``Leaving.batch`` makes them.
 
-        ``firsts``: per row, the first row of its global time (whose determinant it has);
-        ``sums``: per row, the key's sum and the row's clock.
+        ``sums``: per row, the key's sum and the row's clock. A row's determinant is that of
+        the first row of its global time.
         """
         keys, (totals, row_clocks) = groups.keys, sums
         payloads = list(
             map(Reduced, [keys[c] for c in groups.codes[rows].tolist()], totals[rows].tolist())
         )
         ts, fronts = table.column("ts").take(rows), table.column("front").take(rows)
-        sources = table.column("source").take(firsts[rows])
-        positions = table.column("position").take(firsts[rows])
+        firsts = _first_of_time(metas.ts, metas.fronts)[rows]
+        sources = table.column("source").take(firsts)
+        positions = table.column("position").take(firsts)
 
         def where(nth: int) -> tuple[GlobalTime, Any]:
             time = GlobalTime(ts[nth].as_py(), fronts[nth].as_py())
@@ -233,7 +211,7 @@ class SummedCycle:
         batch = out.batch(
             ts.combine_chunks(),
             fronts.combine_chunks(),
-            self._leaving_traces(traces.take(rows), row_clocks[rows]),
+            self._leaving_traces(metas.traces.take(rows), row_clocks[rows]),
             pa.array(np.zeros(len(rows), np.int8)),
             sources.combine_chunks(),
             positions.combine_chunks(),
@@ -258,24 +236,34 @@ class SummedCycle:
         self,
         state: GroupingState,
         groups: _Groups,
-        ts: np.ndarray,
-        fronts: np.ndarray,
-        traces: pa.Array,
+        metas: _Metas,
         finals: tuple[list[int], list[int]],
-        decoded: _TraceCache,
     ) -> None:
         """Each key's bucket as ``run_in_order`` leaves it: its last reduced item alone."""
-        last = groups.last_rows
-        last_ts, last_fronts = ts[last].tolist(), fronts[last].tolist()
-        last_traces = traces.take(last).to_pylist()
-        back_tail = self.cycle.back_tail
+        back_tail, decoded = self.cycle.back_tail, metas.decoded
         totals, clocks = finals
+        lasts = metas.at(groups.last_rows)
         for nth, (key, rows) in enumerate(zip(groups.keys, groups.counts.tolist(), strict=True)):
-            clock = clocks[nth]
-            trace = (*decoded(last_traces[nth]), LocalTime(clock - 1, 0), *back_tail)
-            time = GlobalTime(last_ts[nth], last_fronts[nth])
+            clock, (time, entering) = clocks[nth], lasts[nth]
+            trace = (*decoded(entering), LocalTime(clock - 1, 0), *back_tail)
             kept = (DataItem(Reduced(key, totals[nth]), Meta(time, trace)),)
             state.settle_in_order(key, kept, clock, appended=2 * rows)
+
+
+class _Metas:
+    """The batch's global times and entering traces (rows in meta order)."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.ts: np.ndarray = table.column("ts").to_numpy()
+        self.fronts: np.ndarray = table.column("front").to_numpy()
+        self.traces: pa.Array = table.column("trace").combine_chunks()
+        #: entering trace (encoded) -> the trace at the grouping
+        self.decoded = _TraceCache()
+
+    def at(self, rows: np.ndarray) -> list[tuple[GlobalTime, bytes]]:
+        """The global time and encoded entering trace of each of ``rows``."""
+        times = map(GlobalTime, self.ts[rows].tolist(), self.fronts[rows].tolist())
+        return list(zip(times, self.traces.take(rows).to_pylist(), strict=True))
 
 
 class _Groups:
