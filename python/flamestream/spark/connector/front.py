@@ -55,7 +55,7 @@ from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.connector.stamping import CLOCKS, clamp_times
 from flamestream.spark.control.admission import HISTORY, AdmissionController, Budget
 from flamestream.spark.durable import batch_id_of_task
-from flamestream.spark.exec.front_stage import FrontStage
+from flamestream.spark.exec.front_stage import ShippedFrontStage
 from flamestream.spark.exec.shipping import OPTION as STAGE_OPTION
 
 #: Columns every front emits first, before its own payload columns.
@@ -147,7 +147,7 @@ class ReaderConfig:
     #: a front with no new record for this long reports past its last item (None: never)
     idle_timeout_ms: int | None = None
     #: a graph's first stage, run in the read tasks (set by ``apply``, not by users)
-    stage: FrontStage | None = None
+    stage: ShippedFrontStage | None = None
 
     @classmethod
     def parse(cls, options: OptionReader, limit_alias: str | None = None) -> ReaderConfig:
@@ -181,7 +181,7 @@ class ReaderConfig:
             clock=clock,
             controller=budget if on else None,
             idle_timeout_ms=idle,
-            stage=FrontStage.decode(stage) if stage else None,
+            stage=ShippedFrontStage(stage) if stage else None,
         )
 
 

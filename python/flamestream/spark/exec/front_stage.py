@@ -43,13 +43,7 @@ class FrontStage:
 
     def check(self, fields: list[pa.Field], step: str) -> None:
         """At query start: the payload column exists and is text or bytes."""
-        kinds = {f.name: f.type for f in fields}
-        kind = kinds.get(self.payload)
-        if kind is None or not (pa.types.is_string(kind) or pa.types.is_binary(kind)):
-            found = f"{self.payload} {kind}" if kind is not None else ", ".join(kinds)
-            raise ConfigError(
-                step, "payload", found, "a string or binary payload column of the front"
-            )
+        check_payload(self.payload, fields, step)
 
     def items(self, rows: pa.RecordBatch) -> pa.RecordBatch:
         """The item rows leaving the stage for a batch of front rows (may be empty)."""
@@ -117,3 +111,46 @@ class FrontStage:
         stage = unship(value)
         assert isinstance(stage, FrontStage)  # noqa: S101
         return stage
+
+
+class ShippedFrontStage:
+    """A :class:`FrontStage` as its option value, unpacked only where it runs: a read task.
+
+    A front's reader also travels to processes that only plan (Spark starts a new Python
+    process per streaming query for the source's offsets): unpacking the stage there, its
+    graph and every module it needs, was a sixth of the query's start. Pickled, it is the
+    option value and the payload column's name; ``stage`` unpacks it once per process.
+    """
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+        self._stage: FrontStage | None = FrontStage.decode(value)
+        self.payload = self._stage.payload  #: known without unpacking, for ``check``
+
+    @property
+    def stage(self) -> FrontStage:
+        """The stage, unpacked at the first use in this process."""
+        if self._stage is None:
+            self._stage = FrontStage.decode(self.value)
+        return self._stage
+
+    def check(self, fields: list[pa.Field], step: str) -> None:
+        """At query start: the payload column exists and is text or bytes."""
+        check_payload(self.payload, fields, step)
+
+    def read(self, blocks: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """The stage's :meth:`FrontStage.read`."""
+        return self.stage.read(blocks)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The option value and the payload column, not the unpacked stage."""
+        return {"value": self.value, "payload": self.payload, "_stage": None}
+
+
+def check_payload(payload: str, fields: list[pa.Field], step: str) -> None:
+    """That the front has a text or bytes column ``payload``; else a ``ConfigError``."""
+    kinds = {f.name: f.type for f in fields}
+    kind = kinds.get(payload)
+    if kind is None or not (pa.types.is_string(kind) or pa.types.is_binary(kind)):
+        found = f"{payload} {kind}" if kind is not None else ", ".join(kinds)
+        raise ConfigError(step, "payload", found, "a string or binary payload column of the front")
