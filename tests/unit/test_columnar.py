@@ -241,3 +241,34 @@ def test_count_pairs_are_pickled_in_arrow_as_pickle_pickles_them(words: list[str
         return
     assert made is not None
     assert made.to_pylist() == [MAPPED_TAG + pickle.dumps((w, 1), PICKLE_PROTOCOL) for w in words]
+
+
+def test_a_shipped_front_stage_travels_packed_and_reads_as_the_stage():
+    """A front's config keeps the first stage packed when pickled (planning processes never
+    unpack it); unpacked at first use it reads what the stage reads, and the payload column
+    is checked without unpacking."""
+    import pickle
+
+    from flamestream.errors import ConfigError
+    from flamestream.spark import SparkGraph
+    from flamestream.spark.exec.front_stage import ShippedFrontStage
+
+    stage = SparkGraph(_counting(True, "count"), release="latest")._front_stage("value")
+    shipped = ShippedFrontStage(stage.encode())
+    travelled = pickle.loads(pickle.dumps(shipped))  # noqa: S301  (our own bytes)
+    assert travelled._stage is None and travelled.payload == "value"
+    with pytest.raises(ConfigError, match="payload"):
+        travelled.check([pa.field("value", pa.int64())], "front files")
+    assert travelled._stage is None
+    lines = ["the cat", "the dog the"]
+    block = pa.RecordBatch.from_pydict(
+        {
+            "ts": pa.array([0, 1], pa.int64()),
+            "front": pa.array([0, 0], pa.int32()),
+            "source": pa.array(["in.txt"] * 2),
+            "position": pa.array([0, 1], pa.int64()),
+            "value": pa.array(lines, pa.string()),
+        }
+    )
+    got = [b.to_pylist() for b in travelled.read(iter([block]))]
+    assert got == [b.to_pylist() for b in stage.read(iter([block]))] and got
