@@ -34,7 +34,7 @@ from flamestream.graph.logical import LogicalGraph
 from flamestream.graph.mapreduce import Mapped
 from flamestream.model import LocalTime
 from flamestream.spark.exec.combine import Items
-from flamestream.spark.exec.items import ITEM_SCHEMA, MAPPED_TAG, TEXT_TAG
+from flamestream.spark.exec.items import ITEM_SCHEMA, PAIR_HEAD, TEXT_TAG
 from flamestream.spark.plan.stages import Stage, TextCount, text_count
 
 _L00 = LocalTime(0, 0)
@@ -168,7 +168,7 @@ def _words(text: pa.Array) -> tuple[pa.Array, np.ndarray] | None:
 #: The bytes around a word in ``MAPPED_TAG`` + ``pickle.dumps((word, 1), 5)`` (word < 256
 #: bytes): protocol 5, a frame (its length follows: 8 bytes, little-endian), then
 #: SHORT_BINUNICODE (its length: 1 byte), the word, MEMOIZE, BININT1 1, TUPLE2, MEMOIZE, STOP.
-_PAIR_HEAD, _PAIR_TAIL = MAPPED_TAG + b"\x80\x05\x95", b"\x94K\x01\x86\x94."
+_PAIR_TAIL = b"\x94K\x01\x86\x94."
 _PAIR_LENGTHS = np.dtype([("frame", "<u8"), ("opcode", "u1"), ("length", "u1")])
 _TEXT_KEY, _NOTHING = pa.scalar(TEXT_TAG, pa.binary()), pa.scalar(b"", pa.binary())
 #: An encoded trace suffix ``((0, child), (0, 0))``: 8 + 4 bytes per local time, big-endian.
@@ -188,7 +188,7 @@ def _pickled_pairs(words: pa.Array) -> pa.Array | None:
     fixed = np.zeros(len(lengths), _PAIR_LENGTHS)
     fixed["frame"], fixed["opcode"], fixed["length"] = lengths + 8, 0x8C, lengths
     middle = _fixed_binary(fixed)
-    head, tail = pa.scalar(_PAIR_HEAD, pa.binary()), pa.scalar(_PAIR_TAIL, pa.binary())
+    head, tail = pa.scalar(PAIR_HEAD, pa.binary()), pa.scalar(_PAIR_TAIL, pa.binary())
     return pc.binary_join_element_wise(head, middle, words, tail, _NOTHING)
 
 

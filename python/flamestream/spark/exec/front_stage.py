@@ -41,10 +41,6 @@ class FrontStage:
         self.entry = entry
         self.payload = payload
 
-    def check(self, fields: list[pa.Field], step: str) -> None:
-        """At query start: the payload column exists and is text or bytes."""
-        check_payload(self.payload, fields, step)
-
     def items(self, rows: pa.RecordBatch) -> pa.RecordBatch:
         """The item rows leaving the stage for a batch of front rows (may be empty)."""
         return self.runner.run(self._entering(rows))
@@ -136,7 +132,13 @@ class ShippedFrontStage:
 
     def check(self, fields: list[pa.Field], step: str) -> None:
         """At query start: the payload column exists and is text or bytes."""
-        check_payload(self.payload, fields, step)
+        kinds = {f.name: f.type for f in fields}
+        kind = kinds.get(self.payload)
+        if kind is None or not (pa.types.is_string(kind) or pa.types.is_binary(kind)):
+            found = f"{self.payload} {kind}" if kind is not None else ", ".join(kinds)
+            raise ConfigError(
+                step, "payload", found, "a string or binary payload column of the front"
+            )
 
     def read(self, blocks: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """The stage's :meth:`FrontStage.read`."""
@@ -145,12 +147,3 @@ class ShippedFrontStage:
     def __getstate__(self) -> dict[str, Any]:
         """The option value and the payload column, not the unpacked stage."""
         return {"value": self.value, "payload": self.payload, "_stage": None}
-
-
-def check_payload(payload: str, fields: list[pa.Field], step: str) -> None:
-    """That the front has a text or bytes column ``payload``; else a ``ConfigError``."""
-    kinds = {f.name: f.type for f in fields}
-    kind = kinds.get(payload)
-    if kind is None or not (pa.types.is_string(kind) or pa.types.is_binary(kind)):
-        found = f"{payload} {kind}" if kind is not None else ", ".join(kinds)
-        raise ConfigError(step, "payload", found, "a string or binary payload column of the front")

@@ -107,6 +107,13 @@ TEXT_TAG, BYTES_TAG, PICKLE_TAG = b"s", b"b", b"p"
 MAPPED_TAG, REDUCED_TAG = b"m", b"r"
 
 
+#: How a mapped pair's payload starts when its key is text under 256 bytes (what
+#: :func:`encode_payload` makes of ``Mapped(text, value)``): the tag, pickle protocol 5 and
+#: a frame opcode (its 8-byte length follows), then SHORT_BINUNICODE with the text. The
+#: columnar paths write (``columnar``) and read (``summed``) such pairs in Arrow.
+PAIR_HEAD = MAPPED_TAG + b"\x80\x05\x95"
+
+
 #: The pickle protocol of encoded payloads and keys.
 PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 

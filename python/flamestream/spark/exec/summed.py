@@ -32,16 +32,16 @@ from flamestream.graph.mapreduce import Reduced
 from flamestream.model import DataItem, GlobalTime, LocalTime, Meta
 from flamestream.runtime.grouping import GroupingState
 from flamestream.spark.exec.fastpath import MapReduceCycle, _TraceCache
-from flamestream.spark.exec.items import LOCAL_BYTES
+from flamestream.spark.exec.items import LOCAL_BYTES, PAIR_HEAD, encode_trace
 from flamestream.spark.exec.stateless import Exits
 
-#: ``MAPPED_TAG`` + ``pickle.dumps((text, int), 5)`` with text < 256 bytes: the tag, protocol
-#: 5, a frame (8-byte little-endian length), SHORT_BINUNICODE (1-byte length) + the text,
-#: MEMOIZE, an int (BININT1, BININT2 or BININT: 1, 2 or 4 bytes), TUPLE2, MEMOIZE, STOP.
-_HEAD = b"m\x80\x05\x95"
+#: ``MAPPED_TAG`` + ``pickle.dumps((text, int), 5)`` with text < 256 bytes: ``PAIR_HEAD``
+#: (the tag, protocol 5, a frame opcode), the frame's 8-byte length, SHORT_BINUNICODE, its
+#: 1-byte length, the text, MEMOIZE, an int (BININT1, BININT2 or BININT: 1, 2 or 4 bytes),
+#: TUPLE2, MEMOIZE, STOP.
 _TEXT_OP, _MEMOIZE, _TAIL = 0x8C, 0x94, b"\x86\x94."
 #: Bytes of a pair besides its text and its int.
-_PAIR_BYTES = len(_HEAD) + 8 + 2 + 1 + 1 + len(_TAIL)
+_PAIR_BYTES = len(PAIR_HEAD) + 8 + 2 + 1 + 1 + len(_TAIL)
 #: The int opcode for each width.
 _INT_OPS = {1: ord("K"), 2: ord("M"), 4: ord("J")}
 #: Sums stay exact in int64 while bases (earlier sums) and per-batch sums stay below these.
@@ -174,7 +174,8 @@ class SummedCycle:
         back = self.cycle.back_bytes
         merge = bytes(LOCAL_BYTES)
         for row, next_row in zip(before[uneven].tolist(), after[uneven].tolist(), strict=True):
-            reduced = traces[row].as_py() + merge + _local(int(row_clocks[row])) + back
+            clock = encode_trace((LocalTime(int(row_clocks[row]), 0),))
+            reduced = traces[row].as_py() + merge + clock + back
             if not traces[next_row].as_py() + merge > reduced:
                 return False
         return True
@@ -320,9 +321,9 @@ def _pairs(payloads: pa.Array) -> tuple[pa.Array, np.ndarray] | None:
         return None
     if not _layout_holds(data, starts, lengths, texts, widths):
         return None
-    at = starts + len(_HEAD) + 12 + texts  # the int's first byte
+    at = starts + len(PAIR_HEAD) + 12 + texts  # the int's first byte
     values = _ints(data, at, widths)
-    words = _gathered(data, starts + len(_HEAD) + 10, texts)
+    words = _gathered(data, starts + len(PAIR_HEAD) + 10, texts)
     try:
         return words.cast(pa.string()), values
     except pa.ArrowInvalid:  # not UTF-8: pickle would not make such a str
@@ -332,16 +333,16 @@ def _pairs(payloads: pa.Array) -> tuple[pa.Array, np.ndarray] | None:
 def _layout_holds(
     data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, texts: np.ndarray, widths: np.ndarray
 ) -> bool:
-    """Whether every pair has the layout's fixed bytes where they belong (see ``_HEAD``)."""
-    for offset, byte in enumerate(_HEAD):
+    """Whether every pair has the layout's fixed bytes where they belong (see ``PAIR_HEAD``)."""
+    for offset, byte in enumerate(PAIR_HEAD):
         if not (data[starts + offset] == byte).all():
             return False
     frame = np.zeros(len(starts), np.int64)
     for nth in range(8):
-        frame |= data[starts + len(_HEAD) + nth].astype(np.int64) << (8 * nth)
-    if not (frame == lengths - len(_HEAD) - 8).all():
+        frame |= data[starts + len(PAIR_HEAD) + nth].astype(np.int64) << (8 * nth)
+    if not (frame == lengths - len(PAIR_HEAD) - 8).all():
         return False
-    text_op = starts + len(_HEAD) + 8
+    text_op = starts + len(PAIR_HEAD) + 8
     if not (data[text_op] == _TEXT_OP).all():
         return False
     memoize = text_op + 2 + texts
@@ -380,8 +381,3 @@ def _first_of_time(ts: np.ndarray, fronts: np.ndarray) -> np.ndarray:
     new = np.ones(len(ts), bool)
     new[1:] = (ts[1:] != ts[:-1]) | (fronts[1:] != fronts[:-1])
     return np.maximum.accumulate(np.where(new, np.arange(len(ts)), 0))
-
-
-def _local(clock: int) -> bytes:
-    """The encoded local time ``(clock, 0)``."""
-    return clock.to_bytes(8, "big") + bytes(4)
