@@ -15,6 +15,7 @@ from flamestream.spark.exec.items import (
     decode_trace,
     encode_payload,
     encode_trace,
+    sorted_by_meta,
 )
 
 local_times = st.builds(LocalTime, st.integers(0, 2**40), st.integers(0, 2**20))
@@ -61,3 +62,35 @@ def test_rows_without_flags_pass_untouched():
     table = rows((1, (LocalTime(1, 0),), 0, "a"), (1, (LocalTime(2, 0),), 0, "b"))
     assert drop_invalidated(table) is table
     assert drop_invalidated(table.drop(["flags"])).num_rows == 2
+
+
+# few distinct values of each, so rows tie on ts, front, trace (and runs come out sorted)
+meta_rows = st.lists(
+    st.tuples(
+        st.integers(0, 3),
+        st.integers(-1, 1),
+        st.sampled_from([b"", b"\x00", b"\x00\x01", b"\x01", b"\xff" * 12]),
+    ),
+    max_size=40,
+)
+
+
+@given(meta_rows, st.booleans(), st.booleans(), st.integers(1, 3))
+def test_rows_sort_by_meta_as_sort_by_sorts_them(metas, traced, presorted, chunks):
+    """``sorted_by_meta`` is the stable ``sort_by(ts, front[, trace])``, chunks and all."""
+    if presorted:
+        metas = sorted(metas)
+    columns = {
+        "ts": pa.array([m[0] for m in metas], pa.int64()),
+        "front": pa.array([m[1] for m in metas], pa.int32()),
+        "row": pa.array(range(len(metas)), pa.int64()),  # tells the ties' order
+    }
+    keys = ["ts", "front"]
+    if traced:
+        columns["trace"] = pa.array([m[2] for m in metas], pa.binary())
+        keys.append("trace")
+    table = pa.table(columns)
+    size = -(-len(metas) // chunks) or 1
+    table = pa.Table.from_batches(table.to_batches(max_chunksize=size), table.schema)
+    expected = table.sort_by([(key, "ascending") for key in keys])
+    assert sorted_by_meta(table).to_pylist() == expected.to_pylist()

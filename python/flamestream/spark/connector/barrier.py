@@ -108,19 +108,6 @@ def drop_invalidated(table: pa.Table) -> pa.Table:
     return table.filter(pa.array(keep))
 
 
-def meta_order(table: pa.Table) -> list[tuple[str, str]]:
-    """Sort keys putting rows in meta order: global time, then the trace if rows carry one.
-
-    Graph outputs (:mod:`flamestream.spark.apply`) carry ``trace`` encoded so that byte order
-    is trace order; items of one global time (a flat_map's outputs) are then ordered as the
-    model orders them, whatever the partitioning.
-    """
-    keys = [("ts", "ascending"), ("front", "ascending")]
-    if "trace" in table.column_names:
-        keys.append(("trace", "ascending"))
-    return keys
-
-
 def below(table: pa.Table, min_time: GlobalTime) -> pa.Array:
     """Rows whose global time (ts, front) is below ``min_time``."""
     if min_time == END_OF_TIME:

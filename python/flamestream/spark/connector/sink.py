@@ -34,13 +34,18 @@ from pyspark.sql.types import StructType
 
 from flamestream.errors import ConfigError
 from flamestream.jvm import Shim
-from flamestream.spark.connector.barrier import below, front_offsets, meta_order, read_min_time
+from flamestream.spark.connector.barrier import below, front_offsets, read_min_time
 from flamestream.spark.connector.faults import crash_point
 from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.durable import QueryCheckpoint, batch_id_of_task
 from flamestream.spark.durable.barrier import BarrierStore, CommitOutcome, StagedPart
 from flamestream.spark.durable.state import STATE_BYTES
-from flamestream.spark.exec.items import MAY_INVALIDATE, RELEASED_COLUMNS, TOMBSTONE
+from flamestream.spark.exec.items import (
+    MAY_INVALIDATE,
+    RELEASED_COLUMNS,
+    TOMBSTONE,
+    sorted_by_meta,
+)
 from flamestream.spark.exec.shipping import OPTION as STAGE_OPTION
 from flamestream.spark.exec.shipping import unship
 
@@ -148,7 +153,7 @@ class BarrierWriter(DataSourceStreamArrowWriter):
         if "flags" in table.column_names:
             plain = pc.equal(pc.bit_wise_and(table.column("flags"), MAY_INVALIDATE | TOMBSTONE), 0)
             ready = pc.and_(ready, plain)
-        out = table.filter(ready).sort_by(meta_order(table))
+        out = sorted_by_meta(table.filter(ready))
         rest = table.filter(pc.invert(ready))
         part = self.store.stage(batch_id, partition_id, rest) if rest.num_rows else None
         if not out.num_rows:

@@ -27,8 +27,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from flamestream.model import GlobalTime
-from flamestream.spark.connector.barrier import below, drop_invalidated, meta_order
+from flamestream.spark.connector.barrier import below, drop_invalidated
 from flamestream.spark.durable import filesystem, numbered, write_atomically
+from flamestream.spark.exec.items import sorted_by_meta
 
 #: Batches of staging and pending files kept behind the newest commit (for inspection).
 KEEP_BATCHES = 2
@@ -199,7 +200,7 @@ def _split(
     if buffered is None or not buffered.num_rows:
         return None, None
     ready = below(buffered, min_time)
-    return buffered.filter(ready).sort_by(meta_order(buffered)), buffered.filter(pc.invert(ready))
+    return sorted_by_meta(buffered.filter(ready)), buffered.filter(pc.invert(ready))
 
 
 def _outcome(batch_id: int, record: dict[str, Any], *, skipped: bool = True) -> CommitOutcome:

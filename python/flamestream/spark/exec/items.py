@@ -35,7 +35,9 @@ import pickle
 import struct
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from flamestream.graph.mapreduce import Mapped, Reduced
 from flamestream.model import LocalTime, Trace
@@ -173,3 +175,35 @@ def decode_payload(data: bytes | None) -> Any:
     if tag == BYTES_TAG:
         return data[1:]
     return pickle.loads(data[1:])  # noqa: S301  (our own stages wrote it)
+
+
+def sorted_by_meta(table: pa.Table) -> pa.Table:
+    """``table``'s rows sorted by meta: ``(ts, front)``, then ``trace`` as bytes if present.
+
+    What the stable ``table.sort_by`` on those columns gives, for less: rows already in
+    order come back as they are (a stage yields its rows in meta order), and traces, of
+    which a batch holds a handful of distinct ones, are compared as the ranks of their
+    dictionary instead of byte by byte (a third of the cost on a word count's rows).
+    """
+    names = [name for name in ("ts", "front", "trace") if name in table.column_names]
+    columns = [table.column(name).combine_chunks() for name in names]
+    if table.num_rows < 2 or any(column.null_count for column in columns):
+        return table.sort_by([(name, "ascending") for name in names])
+    if len(columns) == 3:
+        traces = pc.dictionary_encode(columns[2])
+        ranks = pc.rank(traces.dictionary, "ascending")  # distinct values: no ties
+        columns[2] = pc.take(ranks, traces.indices)
+    if _ascending([column.to_numpy() for column in columns]):
+        return table
+    keys = pa.table({str(nth): column for nth, column in enumerate(columns)})
+    order = pc.sort_indices(keys, [(str(nth), "ascending") for nth in range(len(columns))])
+    return table.take(order)
+
+
+def _ascending(columns: list[Any]) -> bool:
+    """Whether the rows' keys (numpy columns, most significant first) never decrease."""
+    after_all: Any = True  # rows whose later keys tie: so far none decides
+    for column in reversed(columns):
+        before, after = column[:-1], column[1:]
+        after_all = (after > before) | ((after == before) & after_all)
+    return bool(np.all(after_all))

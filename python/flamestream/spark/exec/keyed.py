@@ -46,6 +46,7 @@ from flamestream.spark.exec.items import (
     TOMBSTONE,
     decode_payload,
     decode_trace,
+    sorted_by_meta,
 )
 from flamestream.spark.exec.keyed_state import TaskLocal, state_io
 from flamestream.spark.exec.partitioning import KEY_PARTITION
@@ -168,9 +169,7 @@ class KeyedRunner:
         if io.durable and self.checkpoint is not None:
             min_time = read_min_time(self.checkpoint, batch_id, in_task=True)
         # 4. deliver
-        table = pa.Table.from_batches(tables).sort_by(
-            [("ts", "ascending"), ("front", "ascending"), ("trace", "ascending")]
-        )
+        table = sorted_by_meta(pa.Table.from_batches(tables))
         output = self._run(table, state, min_time)
         if io.durable:
             # 5. loop sends
