@@ -104,10 +104,11 @@ def files_options(
 def word_count_graph(*, commutative: bool = False, declared: bool = False) -> Any:
     """flat_map split -> map_reduce (word, 1) with + -> map ``"word=count"`` -> sink.
 
-    ``declared``: the count as ``flamestream.count`` (commutative), which the Spark runtime
-    may run in Arrow; else written out with a lambda mapper.
+    ``declared``: the count as ``flamestream.count`` (commutative) and the render as
+    ``Template("{key}={value}")``, which the Spark runtime may run in Arrow; else written out
+    with a lambda mapper and a lambda render.
     """
-    from flamestream import Dataflow, count, map_reduce
+    from flamestream import Dataflow, Template, count, map_reduce
 
     flow = Dataflow("wordcount")
     words = flow.flat_map("split", flow.source("lines"), str.split)
@@ -117,7 +118,8 @@ def word_count_graph(*, commutative: bool = False, declared: bool = False) -> An
         counts = map_reduce(
             flow, "count", words, mapper=lambda w: (w, 1), reducer=add, commutative=commutative
         )
-    flow.sink("out", flow.map("render", counts, lambda r: f"{r.key}={r.value}"))
+    render = Template("{key}={value}") if declared else (lambda r: f"{r.key}={r.value}")
+    flow.sink("out", flow.map("render", counts, render))
     return flow
 
 

@@ -15,7 +15,16 @@ from flamestream.errors import (
     StepError,
     UnhashableKeyError,
 )
-from flamestream.graph import Dataflow, LogicalGraph, Mapped, Reduced, Stream, count, map_reduce
+from flamestream.graph import (
+    Dataflow,
+    LogicalGraph,
+    Mapped,
+    Reduced,
+    Stream,
+    Template,
+    count,
+    map_reduce,
+)
 from flamestream.model import END_OF_TIME, DataItem, GlobalTime, LocalTime, Meta, invalidates
 from flamestream.runtime import ReferenceRuntime, Released
 
@@ -41,6 +50,7 @@ __all__ = [
     "ScheduleError",
     "StepError",
     "Stream",
+    "Template",
     "UnhashableKeyError",
     "__version__",
     "count",

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from flamestream import Dataflow, count, map_reduce
+from flamestream import Dataflow, Template, count, map_reduce
 from flamestream.errors import GraphError
 from flamestream.examples import inverted_index as index_example
 from flamestream.spark import SparkGraph, apply_graph
@@ -434,7 +434,8 @@ def word_count_latest(*, commutative: bool, declared: bool = False) -> Dataflow:
             reducer=int.__add__,
             commutative=commutative,
         )
-    flow.sink("out", flow.map("show", counts, lambda r: f"{r.key}={r.value}"))
+    show = Template("{key}={value}") if declared else (lambda r: f"{r.key}={r.value}")
+    flow.sink("out", flow.map("show", counts, show))
     return flow
 
 
@@ -476,9 +477,10 @@ def test_latest_release_gives_each_batchs_final_count_per_word(spark: SparkSessi
 def test_a_declared_count_releases_what_the_written_out_count_releases(
     spark: SparkSession, tmp_path: Path
 ):
-    """``count`` (split and counted in Arrow in the front's reads, summed in Arrow in the keyed
-    stage) against the same count as map_reduce with a lambda and ``int.__add__`` (Python per
-    word, folded in Python): the same rows, metas and all, released."""
+    """``count`` and a ``Template`` render (split and counted in Arrow in the front's reads,
+    summed and rendered in Arrow in the sink's tasks) against the same count as map_reduce with
+    lambdas and ``int.__add__`` (Python per word, folded in Python): the same rows, metas and
+    all, released, releasing the latest count or every one."""
     folder = tmp_path / "in"
     for name, lines in TEXT.items():  # repeated words, and some lines twice over
         write_lines(folder / name, [*lines, *lines[::2], "  the  the\tfox  "])
@@ -486,19 +488,23 @@ def test_a_declared_count_releases_what_the_written_out_count_releases(
         "declared": word_count_latest(commutative=True, declared=True),
         "written out": word_count_latest(commutative=True),
     }
-    outs = {}
-    for way, flow in flows.items():
-        graph = SparkGraph(flow, release="latest")
-        assert ("split and counted in Arrow" in graph.describe()) == (way == "declared")
-        assert ("summed in Arrow" in graph.describe()) == (way == "declared")  # int.__add__
-        reader = front_reader(spark, folder, stream=True, limit=5)
-        checkpoint = str(tmp_path / way / "ck")
-        run_writer(graph.write_stream(reader, checkpoint_location=checkpoint), tmp_path / way)
-        outs[way] = sorted((r.ts, r.front, r.trace, r.value) for r in read_rows(tmp_path / way))
-    assert outs["declared"] == outs["written out"]
-    assert (
-        len(outs["declared"]) > 20 and max(int(v.split("=")[1]) for *_, v in outs["declared"]) > 5
-    )
+    for release in ("latest", "every"):
+        outs = {}
+        for way, flow in flows.items():
+            graph = SparkGraph(flow, release=release)
+            described = graph.describe()
+            combined = "split and counted" if release == "latest" else "split and keyed"
+            assert (f"{combined} in Arrow" in described) == (way == "declared")
+            assert ("summed in Arrow" in described) == (way == "declared")  # int.__add__
+            assert ("a sum's items rendered in Arrow" in described) == (way == "declared")
+            reader = front_reader(spark, folder, stream=True, limit=5)
+            where = tmp_path / release / way
+            writer = graph.write_stream(reader, checkpoint_location=str(where / "ck"))
+            run_writer(writer, where)
+            outs[way] = sorted((r.ts, r.front, r.trace, r.value) for r in read_rows(where))
+        assert outs["declared"] == outs["written out"]
+        top = max(int(v.split("=")[1]) for *_, v in outs["declared"])
+        assert len(outs["declared"]) > 20 and top > 5
 
 
 def test_latest_release_needs_map_reduce():

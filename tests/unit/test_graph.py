@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Any
 
 import pytest
@@ -554,3 +555,33 @@ def test_failed_add_leaves_no_half_added_step():
     with pytest.raises(GraphError):
         flow.map("b", src, ident)
     flow.sink("b", flow.source("s2"))  # the id "b" should still be free
+
+
+@given(st.text(max_size=6), st.integers(-(10**12), 10**12))
+def test_a_template_renders_as_str_format_over_the_items_fields(key, value):
+    from flamestream import Reduced, Template
+
+    item = Reduced(key, value)
+    for text in ("{key}={value}", "[{value:>6}] {key!r}", "{{literal}}", ""):
+        assert Template(text)(item) == text.format(key=key, value=value)
+
+
+def test_a_template_with_positional_or_broken_fields_fails_while_building():
+    from flamestream import Template
+
+    for text, found in (("{}", "{} is positional"), ("{0}", "{0} is positional"), ("{", "'{'")):
+        with pytest.raises(GraphError, match=re.escape(found)):
+            Template(text)
+    with pytest.raises(GraphError, match="found int 3"):
+        Template(3)  # type: ignore[arg-type]
+
+
+def test_a_template_naming_a_missing_field_fails_its_step_with_the_record():
+    from flamestream import StepError, Template, count
+    from flamestream.testing import run_in_order
+
+    flow = Dataflow("t")
+    counts = count(flow, "count", flow.source("words"))
+    flow.sink("out", flow.map("render", counts, Template("{key}={total}")))
+    with pytest.raises(StepError, match=r"render.*total"):
+        run_in_order(flow, ["dog"])

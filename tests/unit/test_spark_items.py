@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
@@ -15,6 +16,7 @@ from flamestream.spark.exec.items import (
     decode_trace,
     encode_payload,
     encode_trace,
+    extended_traces,
     sorted_by_meta,
 )
 
@@ -94,3 +96,18 @@ def test_rows_sort_by_meta_as_sort_by_sorts_them(metas, traced, presorted, chunk
     table = pa.Table.from_batches(table.to_batches(max_chunksize=size), table.schema)
     expected = table.sort_by([(key, "ascending") for key in keys])
     assert sorted_by_meta(table).to_pylist() == expected.to_pylist()
+
+
+@given(
+    st.lists(st.sampled_from([b"", b"\x01" * 12, b"\x02" * 24]), max_size=20),
+    st.integers(0, 4),
+    st.booleans(),
+    st.integers(0, 3),
+)
+def test_extended_traces_append_each_rows_suffix(traces, offset, shared, width):
+    """Equal-length traces (the matrix path) or not, sliced or not, one suffix or one each."""
+    column = pa.array([b"x" * 12] * offset + traces, pa.binary()).slice(offset)
+    rows = 1 if shared else len(traces)
+    suffixes = np.arange(rows * width, dtype=np.uint8).reshape(rows, width)
+    got = extended_traces(column, suffixes).to_pylist()
+    assert got == [t + bytes(suffixes[0 if shared else n]) for n, t in enumerate(traces)]

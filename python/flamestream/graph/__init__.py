@@ -14,6 +14,7 @@ from flamestream.graph.steps import (
     Source,
     Step,
 )
+from flamestream.graph.template import Template
 
 __all__ = [
     "Broadcast",
@@ -31,6 +32,7 @@ __all__ = [
     "Source",
     "Step",
     "Stream",
+    "Template",
     "count",
     "map_reduce",
 ]

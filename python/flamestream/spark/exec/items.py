@@ -182,28 +182,56 @@ def sorted_by_meta(table: pa.Table) -> pa.Table:
 
     What the stable ``table.sort_by`` on those columns gives, for less: rows already in
     order come back as they are (a stage yields its rows in meta order), and traces, of
-    which a batch holds a handful of distinct ones, are compared as the ranks of their
-    dictionary instead of byte by byte (a third of the cost on a word count's rows).
+    which an unsorted batch (a shuffle's) holds a handful of distinct ones, are compared as
+    the ranks of their dictionary instead of byte by byte (a third of the cost).
     """
     names = [name for name in ("ts", "front", "trace") if name in table.column_names]
     columns = [table.column(name).combine_chunks() for name in names]
     if table.num_rows < 2 or any(column.null_count for column in columns):
         return table.sort_by([(name, "ascending") for name in names])
+    if _ascending(columns):
+        return table
     if len(columns) == 3:
         traces = pc.dictionary_encode(columns[2])
         ranks = pc.rank(traces.dictionary, "ascending")  # distinct values: no ties
         columns[2] = pc.take(ranks, traces.indices)
-    if _ascending([column.to_numpy() for column in columns]):
-        return table
     keys = pa.table({str(nth): column for nth, column in enumerate(columns)})
     order = pc.sort_indices(keys, [(str(nth), "ascending") for nth in range(len(columns))])
     return table.take(order)
 
 
-def _ascending(columns: list[Any]) -> bool:
-    """Whether the rows' keys (numpy columns, most significant first) never decrease."""
+def _ascending(columns: list[pa.Array]) -> bool:
+    """Whether the rows' keys (columns without nulls, most significant first) never fall."""
+    rows = len(columns[0])
     after_all: Any = True  # rows whose later keys tie: so far none decides
     for column in reversed(columns):
-        before, after = column[:-1], column[1:]
-        after_all = (after > before) | ((after == before) & after_all)
-    return bool(np.all(after_all))
+        before, after = column.slice(0, rows - 1), column.slice(1)
+        tie = pc.and_(pc.equal(after, before), after_all)
+        after_all = pc.or_(pc.greater(after, before), tie)
+    return bool(pc.all(after_all).as_py())
+
+
+def extended_traces(traces: pa.Array, suffixes: np.ndarray) -> pa.Array:
+    """Each trace with its row of ``suffixes`` (encoded local times, uint8) appended.
+
+    ``suffixes`` has one row per trace, or one row for all. Traces of one length (rows at one
+    point of a graph) are extended as a matrix; others are joined value by value.
+    """
+    rows, width = len(traces), suffixes.shape[1]
+    if suffixes.shape[0] != rows:
+        suffixes = np.broadcast_to(suffixes, (rows, width))
+    offsets = np.frombuffer(traces.buffers()[1], np.int32, rows + 1, traces.offset * 4)
+    lengths = np.diff(offsets)
+    if rows and not traces.null_count and (lengths == lengths[0]).all():
+        length = int(lengths[0])
+        data = np.frombuffer(traces.buffers()[2], np.uint8, rows * length, int(offsets[0]))
+        out = np.empty((rows, length + width), np.uint8)
+        out[:, :length] = data.reshape(rows, length)
+        out[:, length:] = suffixes
+        bounds = np.arange(rows + 1, dtype=np.int32) * (length + width)
+        buffers = [None, pa.py_buffer(bounds), pa.py_buffer(out)]
+        return pa.BinaryArray.from_buffers(pa.binary(), rows, buffers)
+    fixed = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(width), rows, [None, pa.py_buffer(np.ascontiguousarray(suffixes))]
+    )
+    return pc.binary_join_element_wise(traces, fixed.cast(pa.binary()), b"")

@@ -51,7 +51,7 @@ from flamestream.spark.exec.items import (
 from flamestream.spark.exec.keyed_state import TaskLocal, state_io
 from flamestream.spark.exec.partitioning import KEY_PARTITION
 from flamestream.spark.exec.routing import LoopRouter, LoopSpec
-from flamestream.spark.exec.stateless import Exits, render_default
+from flamestream.spark.exec.stateless import Exits, Handed, render_default
 from flamestream.spark.exec.summed import SummedCycle
 from flamestream.spark.plan.stages import Stage
 
@@ -125,7 +125,7 @@ class KeyedRunner:
         self._task = (0, -1)  # the current task's (partition, batch id)
         self._layout: Layout | None = None  # the current batch's, when elastic
         #: the payload objects of the last batch's rows for ``exits.handed`` destinations
-        self.handed_payloads: list[Any] | None = None
+        self.handed_payloads: Handed | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """All of the partition's rows, in meta order, then the rows leaving the stage.

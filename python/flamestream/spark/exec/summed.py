@@ -16,8 +16,10 @@ per key, and what it leaves is fixed by the rows alone:
 bytes (a layout check on every row; any other payload sends the batch to the Python fold),
 keys grouped with ``dictionary_encode``, sums with ``cumsum``. Python runs once per distinct
 key (the bucket's tail, the settled state) and once per leaving row for its ``Reduced``
-payload. The rows are those of ``run_in_order`` byte for byte, in the same order, and the
-state is the same: ``tests/unit/test_fastpath.py`` compares them on random batches.
+payload, unless the rows go to a tail: that gets the keys and sums as columns
+(:class:`~.rendered.ReducedColumns`), and a ``Template`` tail renders them in Arrow. The
+rows are those of ``run_in_order`` byte for byte, in the same order, and the state is the
+same: ``tests/unit/test_fastpath.py`` compares them on random batches.
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ from flamestream.graph.mapreduce import Reduced
 from flamestream.model import DataItem, GlobalTime, LocalTime, Meta
 from flamestream.runtime.grouping import GroupingState
 from flamestream.spark.exec.fastpath import MapReduceCycle, _TraceCache
-from flamestream.spark.exec.items import LOCAL_BYTES, PAIR_HEAD, encode_trace
-from flamestream.spark.exec.stateless import Exits
+from flamestream.spark.exec.items import LOCAL_BYTES, PAIR_HEAD, encode_trace, extended_traces
+from flamestream.spark.exec.rendered import ReducedColumns, item_rows
+from flamestream.spark.exec.stateless import Exits, Handed
 
 #: ``MAPPED_TAG`` + ``pickle.dumps((text, int), 5)`` with text < 256 bytes: ``PAIR_HEAD``
 #: (the tag, protocol 5, a frame opcode), the frame's 8-byte length, SHORT_BINUNICODE, its
@@ -72,7 +75,7 @@ class SummedCycle:
         min_time: GlobalTime,
         exits: Exits,
         latest: bool,
-    ) -> tuple[pa.RecordBatch, list[Any] | None] | None:
+    ) -> tuple[pa.RecordBatch, Handed | None] | None:
         """The leaving rows (and handed payloads) of ``table`` (in meta order); or None.
 
         As ``run_in_order`` followed by ``Leaving.batch`` (``latest``: each key's last row,
@@ -188,36 +191,37 @@ class SummedCycle:
         groups: _Groups,
         sums: tuple[np.ndarray, np.ndarray],
         exits: Exits,
-    ) -> tuple[pa.RecordBatch, list[Any] | None]:
+    ) -> tuple[pa.RecordBatch, Handed | None]:
         """``rows``' leaving rows and handed payloads, as ``Leaving.batch`` makes them.
 
         ``sums``: per row, the key's sum and the row's clock. A row's determinant is that of
         the first row of its global time.
         """
-        keys, (totals, row_clocks) = groups.keys, sums
-        payloads = list(
-            map(Reduced, [keys[c] for c in groups.codes[rows].tolist()], totals[rows].tolist())
-        )
+        totals, row_clocks = sums
         ts, fronts = table.column("ts").take(rows), table.column("front").take(rows)
         firsts = _first_of_time(metas.ts, metas.fronts)[rows]
         sources = table.column("source").take(firsts)
         positions = table.column("position").take(firsts)
+        traces = self._leaving_traces(metas.traces.take(rows), row_clocks[rows])
+        zeros = pa.array(np.zeros(len(rows), np.int8))
+        meta = [ts.combine_chunks(), fronts.combine_chunks(), traces, zeros]
+        meta += [sources.combine_chunks(), positions.combine_chunks()]
+        to = self.cycle.exit_to
+        if to in exits.handed and to not in exits.keys:  # a tail's entry: hand the columns
+            keys = groups.dictionary.take(pa.array(groups.codes[rows]))
+            return item_rows(meta, to), ReducedColumns(keys, pa.array(totals[rows]))
+        keys_of = groups.keys
+        payloads = list(
+            map(Reduced, [keys_of[c] for c in groups.codes[rows].tolist()], totals[rows].tolist())
+        )
 
         def where(nth: int) -> tuple[GlobalTime, Any]:
             time = GlobalTime(ts[nth].as_py(), fronts[nth].as_py())
             return time, (sources[nth].as_py(), positions[nth].as_py())
 
         out = exits.builder()
-        out.extend(self.cycle.exit_to, payloads, [0] * len(rows), where)
-        batch = out.batch(
-            ts.combine_chunks(),
-            fronts.combine_chunks(),
-            self._leaving_traces(metas.traces.take(rows), row_clocks[rows]),
-            pa.array(np.zeros(len(rows), np.int8)),
-            sources.combine_chunks(),
-            positions.combine_chunks(),
-        )
-        return batch, out.objects
+        out.extend(to, payloads, [0] * len(rows), where)
+        return out.batch(*meta), out.objects
 
     def _leaving_traces(self, traces: pa.Array, clocks: np.ndarray) -> pa.Array:
         """Each entering trace, the merge's ``(0,0)``, ``(clock, 0)`` and the exit tail."""
@@ -227,11 +231,7 @@ class SummedCycle:
             clocks.astype(">u8").view(np.uint8).reshape(-1, 8)
         )
         record[:, LOCAL_BYTES + 8 :] = tail
-        kind = pa.binary(record.shape[1])
-        fixed = pa.FixedSizeBinaryArray.from_buffers(
-            kind, len(clocks), [None, pa.py_buffer(record.tobytes())]
-        )
-        return pc.binary_join_element_wise(traces, fixed.cast(pa.binary()), b"")
+        return extended_traces(traces, record)
 
     def _settle(
         self,
@@ -272,6 +272,8 @@ class _Groups:
 
     def __init__(self, words: pa.Array) -> None:
         encoded = pc.dictionary_encode(words)
+        #: the keys, in order of first sight (an Arrow array and a list)
+        self.dictionary: pa.Array = encoded.dictionary
         self.keys: list[Any] = encoded.dictionary.to_pylist()
         self.codes: np.ndarray = encoded.indices.to_numpy().astype(np.int64)
         #: the rows, key by key (each key's in meta order)

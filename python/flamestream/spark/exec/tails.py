@@ -14,16 +14,16 @@ here or anywhere in a graph (the reference runtime passes objects on the same wa
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from flamestream.spark.exec.keyed import KeyedRunner
-from flamestream.spark.exec.stateless import StageRunner
+from flamestream.spark.exec.rendered import ReducedColumns
+from flamestream.spark.exec.stateless import Handed, StageRunner
 
 #: Rows and, when the keyed stage handed them, their payload objects (by row).
-_Rows = tuple[pa.RecordBatch, list[Any] | None]
+_Rows = tuple[pa.RecordBatch, Handed | None]
 
 
 class WithTails:
@@ -43,12 +43,12 @@ class WithTails:
             yield from self.through_tails(batch, self.keyed.handed_payloads)
 
     def through_tails(
-        self, batch: pa.RecordBatch, payloads: list[Any] | None = None
+        self, batch: pa.RecordBatch, payloads: Handed | None = None
     ) -> Iterator[pa.RecordBatch]:
         """``batch``'s rows for no tail as they are, then each tail's output, in stage order.
 
         A tail's output may feed a later tail (stages come producers first), never an earlier.
-        ``payloads``: the rows' payload objects where the keyed stage handed them (by row).
+        ``payloads``: the rows' payloads where the keyed stage handed them (by row).
         """
         pending: list[_Rows] = [(batch, payloads)]
         for tail, entries in zip(self.tails, self._entries, strict=True):
@@ -68,8 +68,10 @@ class WithTails:
         yield from (rows for rows, _ in pending if rows.num_rows)
 
 
-def _where(objects: list[Any] | None, mask: pa.Array) -> list[Any] | None:
-    """The objects of the rows ``mask`` selects (None: none handed)."""
+def _where(objects: Handed | None, mask: pa.Array) -> Handed | None:
+    """The payloads of the rows ``mask`` selects (None: none handed)."""
     if objects is None:
         return None
+    if isinstance(objects, ReducedColumns):
+        return objects.filter(mask)
     return [objects[i] for i in pc.indices_nonzero(mask).to_pylist()]

@@ -34,6 +34,7 @@ from flamestream.spark.plan.stages import (
     plan_stages,
     precombiners,
     reduce_step_of,
+    template_render,
     text_count,
 )
 
@@ -187,10 +188,19 @@ class ExecutionPlan:
             if counted is not None:
                 done = "split and counted" if counted.combined else "split and keyed"
                 how += f"; a declared count of text: {done} in Arrow"
+            if self._renders_a_sum(stage, host):
+                how += "; a declared Template: a sum's items rendered in Arrow"
         return (
             f"  stage {stage.index} [{kind}{' -> '.join(stage.steps)}] ({how}) "
             f"-> {', '.join(leaving)}"
         )
+
+    def _renders_a_sum(self, stage: Stage, host: int | None) -> bool:
+        """Whether ``stage`` renders with a plain ``Template`` in a summing stage's tasks."""
+        if host is None or template_render(self.graph, stage) is None:
+            return False
+        keyed = next(s for s in self.stages if s.index == host)
+        return _adds_up(self.graph, keyed)
 
 
 def _adds_up(graph: LogicalGraph, stage: Stage) -> bool:

@@ -22,7 +22,9 @@ from flamestream.graph.steps import (
     Grouping,
     Map,
     Merge,
+    Sink,
 )
+from flamestream.graph.template import Template
 
 
 @dataclass(frozen=True)
@@ -366,3 +368,33 @@ def text_count(
     if combiner is not None and combiner is not operator.add:
         return None
     return TextCount(steps[0].step_id, split, dest, combined=combiner is not None)
+
+
+@dataclass(frozen=True)
+class TemplateRender:
+    """A stateless stage that is one map rendering with a plain ``Template`` into a sink.
+
+    What :func:`template_render` recognizes; after a keyed stage summing text keys, the tail
+    then renders in Arrow (:mod:`flamestream.spark.exec.rendered`).
+    """
+
+    parts: tuple[tuple[str, str | None], ...]  #: the template's (literal, field) pairs
+    sink: str  #: the sink the rendered text goes to
+
+
+def template_render(graph: LogicalGraph, stage: Stage) -> TemplateRender | None:
+    """``stage`` as a plain ``Template`` render into a sink, or None.
+
+    Exactly one map whose function is a ``Template`` of plain ``{key}`` / ``{value}`` fields
+    (:meth:`~flamestream.graph.template.Template.plain_parts`), its output going to a sink.
+    """
+    if stage.grouping is not None or len(stage.steps) != 1:
+        return None
+    step = graph.step(stage.steps[0])
+    if not isinstance(step, Map) or not isinstance(step.fn, Template):
+        return None
+    parts = step.fn.plain_parts()
+    sink = graph.consumer(step.step_id, 0)
+    if parts is None or not isinstance(graph.step(sink), Sink):
+        return None
+    return TemplateRender(tuple(parts), sink)

@@ -1,0 +1,112 @@
+"""A sum's reduced items as Arrow columns, and ``Template`` tails that render them in Arrow.
+
+A keyed stage hands the stateless stages after it (its tails, :mod:`.tails`) the payloads it
+made. :class:`~.summed.SummedCycle` knows each leaving row's ``Reduced(key, value)`` as two
+columns (the key's text, the sum): it hands them as :class:`ReducedColumns`, which become
+Python objects only for a tail that asks for them.
+
+A tail that is one ``Template`` map into a sink, with plain ``{key}`` and ``{value}`` fields
+(:meth:`~flamestream.graph.template.Template.plain_parts`) and the default render, needs no
+object: :class:`RenderedTail` joins the template's literals, the keys and the sums cast to
+text (Arrow's decimal text of an int64 is ``str`` of the int). Its rows are those the Python
+path makes, byte for byte: ``tests/unit/test_fastpath.py`` compares them on random batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from flamestream.graph.logical import LogicalGraph
+from flamestream.graph.mapreduce import Reduced
+from flamestream.model import LocalTime
+from flamestream.spark.exec.items import ITEM_SCHEMA, encode_trace, extended_traces
+from flamestream.spark.plan.stages import Stage, template_render
+
+#: What a stateless step appends to the trace of its only output: ``(0, 0)``.
+_MAP_SUFFIX = np.frombuffer(encode_trace((LocalTime(0, 0),)), np.uint8).reshape(1, -1)
+
+
+class ReducedColumns:
+    """The ``Reduced(key, value)`` payloads of rows: a text column and an int64 column."""
+
+    def __init__(self, keys: pa.Array, values: pa.Array) -> None:
+        self.keys = keys
+        self.values = values
+        self._objects: list[Any] | None = None
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def filter(self, mask: pa.Array) -> ReducedColumns:
+        """The payloads of the rows ``mask`` selects."""
+        return ReducedColumns(self.keys.filter(mask), self.values.filter(mask))
+
+    def objects(self) -> list[Any]:
+        """The payloads as ``Reduced`` objects (made once)."""
+        if self._objects is None:
+            self._objects = list(map(Reduced, self.keys.to_pylist(), self.values.to_pylist()))
+        return self._objects
+
+
+def item_rows(meta: list[pa.Array], to: str, value: pa.Array | None = None) -> pa.RecordBatch:
+    """Item rows from ``meta`` (ts, front, trace, flags, source, position), all going ``to``.
+
+    No key and no payload; ``value`` the rendered text (rows going to a sink) or none.
+    """
+    rows = len(meta[0])
+    columns = [
+        *meta,
+        pa.repeat(pa.scalar(to, pa.string()), rows),
+        pa.nulls(rows, pa.binary()),
+        pa.nulls(rows, pa.binary()),
+        value if value is not None else pa.nulls(rows, pa.string()),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=ITEM_SCHEMA)
+
+
+class RenderedTail:
+    """A tail stage that is one plain ``Template`` map into a sink, run on reduced columns."""
+
+    def __init__(self, parts: list[tuple[str, str | None]], sink: str) -> None:
+        self.parts = parts
+        self.sink = sink
+
+    @classmethod
+    def of(cls, graph: LogicalGraph, stage: Stage, default_render: bool) -> RenderedTail | None:
+        """The stage's Arrow form, or None if it is not such a map with the default render."""
+        render = template_render(graph, stage)
+        if render is None or not default_render:
+            return None
+        return cls(list(render.parts), render.sink)
+
+    def run(self, batch: pa.RecordBatch, payloads: ReducedColumns) -> pa.RecordBatch | None:
+        """The rows the stage sends its sink for ``batch``; None if a row is flagged."""
+        flags = batch.column("flags")
+        if pc.any(pc.not_equal(flags, 0)).as_py():
+            return None  # tombstones and replays: the Python path's rules
+        texts = self.rendered(payloads)
+        traces = extended_traces(batch.column("trace"), _MAP_SUFFIX)
+        meta = [batch.column("ts"), batch.column("front"), traces, flags]
+        meta += [batch.column("source"), batch.column("position")]
+        return item_rows(meta, self.sink, texts)
+
+    def rendered(self, payloads: ReducedColumns) -> pa.Array:
+        """Each payload's text, as ``Template.__call__`` renders it."""
+        fields: dict[str, Callable[[], pa.Array]] = {
+            "key": lambda: payloads.keys,
+            "value": lambda: pc.cast(payloads.values, pa.string()),
+        }
+        pieces: list[Any] = []
+        for literal, field in self.parts:
+            if literal:
+                pieces.append(pa.scalar(literal, pa.string()))
+            if field is not None:
+                pieces.append(fields[field]())
+        if not any(isinstance(piece, pa.Array) for piece in pieces):  # no field at all
+            pieces.append(pa.array([""] * len(payloads), pa.string()))
+        return pc.binary_join_element_wise(*pieces, pa.scalar("", pa.string()))
