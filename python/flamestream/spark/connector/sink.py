@@ -153,9 +153,12 @@ class BarrierWriter(DataSourceStreamArrowWriter):
         if "flags" in table.column_names:
             plain = pc.equal(pc.bit_wise_and(table.column("flags"), MAY_INVALIDATE | TOMBSTONE), 0)
             ready = pc.and_(ready, plain)
-        out = sorted_by_meta(table.filter(ready))
-        rest = table.filter(pc.invert(ready))
-        part = self.store.stage(batch_id, partition_id, rest) if rest.num_rows else None
+        if pc.all(ready).as_py():  # the usual case: no copy of the rows
+            out, part = sorted_by_meta(table), None
+        else:
+            out = sorted_by_meta(table.filter(ready))
+            rest = table.filter(pc.invert(ready))
+            part = self.store.stage(batch_id, partition_id, rest) if rest.num_rows else None
         if not out.num_rows:
             return StagedMessage(part)
         written = self.output.write_part(batch_id, partition_id, out)

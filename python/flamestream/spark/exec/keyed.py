@@ -168,9 +168,13 @@ class KeyedRunner:
         min_time = None
         if io.durable and self.checkpoint is not None:
             min_time = read_min_time(self.checkpoint, batch_id, in_task=True)
-        # 4. deliver
-        table = sorted_by_meta(pa.Table.from_batches(tables))
+        # 4. deliver (the rows as shuffled are dropped once sorted: a batch may be big; a
+        # column of theirs would keep their whole Arrow message, so keys are copied)
+        keys = [pa.concat_arrays([t.column("key") for t in tables])] if io.counts_keys else []
+        table = sorted_by_meta(pa.Table.from_batches(tables).select(_INPUT_COLUMNS))
+        del tables
         output = self._run(table, state, min_time)
+        del table
         if io.durable:
             # 5. loop sends
             if self._router is not None and self._router.sent and self.loop is not None:
@@ -180,7 +184,7 @@ class KeyedRunner:
             # 6. collect and save
             if min_time is not None:
                 state.collect_garbage(min_time)
-            io.save(partition, batch_id, state, tables)
+            io.save(partition, batch_id, state, keys)
             crash_point("graph.keyed.saved", batch_id)
         # 7. leaving rows
         if output.num_rows:

@@ -32,6 +32,8 @@ class StateIO(ABC):
     #: whether the state outlives the task (then the batch's min-time, garbage collection and
     #: loop sends apply)
     durable = True
+    #: whether ``save`` needs the batch's keys (else it is given none)
+    counts_keys = False
 
     def __init__(self, grouping: Grouping) -> None:
         self.grouping = grouping
@@ -51,9 +53,9 @@ class StateIO(ABC):
 
     @abstractmethod
     def save(
-        self, partition: int, batch_id: int, state: GroupingState, tables: list[pa.RecordBatch]
+        self, partition: int, batch_id: int, state: GroupingState, keys: list[pa.Array]
     ) -> None:
-        """Keep ``state`` as the partition's state after ``batch_id`` (``tables``: its rows)."""
+        """Keep ``state`` as the partition's state after ``batch_id`` (``keys``: its rows')."""
 
 
 class TaskLocal(StateIO):
@@ -66,7 +68,7 @@ class TaskLocal(StateIO):
         return self.fresh()
 
     def save(
-        self, partition: int, batch_id: int, state: GroupingState, tables: list[pa.RecordBatch]
+        self, partition: int, batch_id: int, state: GroupingState, keys: list[pa.Array]
     ) -> None:
         """Nothing to keep."""
 
@@ -87,7 +89,7 @@ class PartitionSnapshots(StateIO):
         return state
 
     def save(
-        self, partition: int, batch_id: int, state: GroupingState, tables: list[pa.RecordBatch]
+        self, partition: int, batch_id: int, state: GroupingState, keys: list[pa.Array]
     ) -> None:
         """The partition's snapshot of the batch."""
         self.store.save(partition, batch_id, state.snapshot())
@@ -99,6 +101,8 @@ class SlotSnapshots(StateIO):
     A partition holds the slots its batch's layout gives it, and counts the items each slot
     got (the layout policy's input).
     """
+
+    counts_keys = True
 
     def __init__(
         self, grouping: Grouping, state_url: str, checkpoint: str, partitions: int
@@ -126,7 +130,7 @@ class SlotSnapshots(StateIO):
         return GroupingState.merge(g.step_id, g.window, g.key, states)
 
     def save(
-        self, partition: int, batch_id: int, state: GroupingState, tables: list[pa.RecordBatch]
+        self, partition: int, batch_id: int, state: GroupingState, keys: list[pa.Array]
     ) -> None:
         """One snapshot per slot of this partition, and how many items each slot got."""
         g = self.grouping
@@ -140,8 +144,8 @@ class SlotSnapshots(StateIO):
         for slot in mine:
             self.slot_store.save(slot, batch_id, parts[slot].snapshot())
         loads: dict[int, int] = {}
-        for batch in tables:
-            for key in batch.column("key").to_pylist():
+        for column in keys:
+            for key in column.to_pylist():
                 if key is not None and not is_salt(key):
                     slot = slot_of(key, layout.slots)
                     loads[slot] = loads.get(slot, 0) + 1

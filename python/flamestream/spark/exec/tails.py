@@ -58,10 +58,13 @@ class WithTails:
                 if not pc.any(mine).as_py():
                     kept.append((rows, objects))
                     continue
-                others = rows.filter(pc.invert(mine))
-                if others.num_rows:
-                    kept.append((others, _where(objects, pc.invert(mine))))
-                out = tail.run(rows.filter(mine), _where(objects, mine))
+                if pc.all(mine).as_py():  # the usual case: no copy of the rows
+                    out = tail.run(rows, objects)
+                else:
+                    others = rows.filter(pc.invert(mine))
+                    if others.num_rows:
+                        kept.append((others, _where(objects, pc.invert(mine))))
+                    out = tail.run(rows.filter(mine), _where(objects, mine))
                 if out.num_rows:
                     kept.append((out, None))
             pending = kept
