@@ -9,9 +9,10 @@ exactly ``[flat_map(str.split) ->] count's map`` (``plan.stages.text_count``) ru
 spaces first; empty pieces dropped, as ``str.split()`` makes none), then
 
 * combined before the shuffle (``release="latest"``, reducer ``operator.add``): a
-  ``group_by`` count; Python runs once per distinct word. One ``Mapped(word, count)`` per
-  word in order of first sight, with the row and trace suffix of the word's last occurrence
-  (the items are in meta order, so a word's latest is its last);
+  ``group_by`` count, then one row per word in order of first sight, its payload the
+  pickled ``(word, count)`` pair, with the row and trace suffix of the word's last
+  occurrence (the items are in meta order, so a word's latest is its last); no Python per
+  word;
 * not combined (``release="every"``): one row per word, its payload the pickled ``(word, 1)``
   pair built from the word's bytes and length; no Python per word.
 
@@ -31,13 +32,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from flamestream.graph.logical import LogicalGraph
-from flamestream.graph.mapreduce import Mapped
-from flamestream.model import LocalTime
-from flamestream.spark.exec.combine import Items
 from flamestream.spark.exec.items import ITEM_SCHEMA, PAIR_HEAD, TEXT_TAG
 from flamestream.spark.plan.stages import Stage, TextCount, text_count
-
-_L00 = LocalTime(0, 0)
 
 
 class CountedText:
@@ -60,14 +56,19 @@ class CountedText:
         shape = text_count(graph, stage, precombine)
         return None if shape is None else cls(shape)
 
-    def run(self, batch: pa.RecordBatch) -> Items | pa.RecordBatch | None:
+    def run(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
         """:meth:`combined` or :meth:`rows`, as the stage is; None: the general path runs."""
         return self.combined(batch) if self.combine else self.rows(batch)
 
-    def combined(self, batch: pa.RecordBatch) -> Items | None:
-        """The combined counts leaving for :attr:`dest`, or None (then the general path runs)."""
+    def combined(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
+        """Combined: the rows leaving for :attr:`dest`, one per distinct word; or None.
+
+        The general combine's rows, byte for byte: per word in order of first sight, the
+        pickled ``(word, count)`` pair (see :func:`_pickled_pairs`) with the row and trace
+        suffix of the word's last occurrence (the items are in meta order).
+        """
         split = self._words(batch)
-        if split is None:
+        if split is None or not len(split[0]):
             return None
         words, rows = split
         counted = (
@@ -77,14 +78,13 @@ class CountedText:
             .sort_by("at_min")  # in order of first sight, as the general combine makes them
         )
         last = counted.column("at_max").to_numpy()
-        out = Items()
-        out.rows = rows[last].tolist()
-        out.suffixes = _suffixes(_children(rows)[last] if self.split else None, len(last))
-        out.payloads = list(
-            map(Mapped, counted.column("word").to_pylist(), counted.column("at_count").to_pylist())
-        )
-        out.flags = [0] * len(out.rows)
-        return out
+        data = counted.column("word").combine_chunks().cast(pa.binary())
+        counts = counted.column("at_count").to_numpy()
+        payload = _pickled_pairs(data, counts)
+        if payload is None:
+            return None
+        suffixes = _suffix_bytes(rows, self.split, last)
+        return self._item_rows(batch, rows[last], suffixes, data, payload)
 
     def rows(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
         """Not combined: the rows leaving for :attr:`dest`, one per word; or None.
@@ -98,20 +98,35 @@ class CountedText:
             return None
         words, rows = split
         data = words.cast(pa.binary())
-        payload = _pickled_pairs(data)
+        payload = _pickled_pairs(data, np.ones(len(data), np.int64))
         if payload is None:
             return None
+        return self._item_rows(batch, rows, _suffix_bytes(rows, self.split), data, payload)
+
+    def _item_rows(
+        self,
+        batch: pa.RecordBatch,
+        rows: np.ndarray,
+        traces: pa.Array,
+        words: pa.Array,
+        payload: pa.Array,
+    ) -> pa.RecordBatch:
+        """Item rows for :attr:`dest`, one per word.
+
+        Each has its row's meta and determinant, its trace suffix (a front row's trace is
+        empty), its key and its payload.
+        """
         taken = pa.array(rows, pa.int64())
         n = len(words)
         columns = [
             pc.take(batch.column("ts"), taken),
             pc.take(batch.column("front"), taken),
-            _suffix_bytes(rows, self.split),
+            traces,
             pa.repeat(pa.scalar(0, pa.int8()), n),
             pc.take(batch.column("source"), taken),
             pc.take(batch.column("position"), taken),
             pa.repeat(pa.scalar(self.dest, pa.string()), n),
-            pc.binary_join_element_wise(_TEXT_KEY, data, _NOTHING),
+            pc.binary_join_element_wise(_TEXT_KEY, words, _NOTHING),
             payload,
             pa.nulls(n, pa.string()),
         ]
@@ -165,11 +180,12 @@ def _words(text: pa.Array) -> tuple[pa.Array, np.ndarray] | None:
     return pieces.filter(kept), rows
 
 
-#: The bytes around a word in ``MAPPED_TAG`` + ``pickle.dumps((word, 1), 5)`` (word < 256
-#: bytes): protocol 5, a frame (its length follows: 8 bytes, little-endian), then
-#: SHORT_BINUNICODE (its length: 1 byte), the word, MEMOIZE, BININT1 1, TUPLE2, MEMOIZE, STOP.
-_PAIR_TAIL = b"\x94K\x01\x86\x94."
+#: ``MAPPED_TAG + pickle.dumps((word, n), 5)`` for a word under 256 bytes: ``PAIR_HEAD``
+#: (the tag, protocol 5, a frame opcode), the frame's length (8 bytes, little-endian),
+#: SHORT_BINUNICODE and its 1-byte length, the word, MEMOIZE, then ``n`` as BININT1 (1 byte,
+#: n < 256), BININT2 (2 bytes, n < 65536) or BININT (4 bytes), TUPLE2, MEMOIZE, STOP.
 _PAIR_LENGTHS = np.dtype([("frame", "<u8"), ("opcode", "u1"), ("length", "u1")])
+_INT_OPS = ((1, ord("K")), (2, ord("M")), (4, ord("J")))
 _TEXT_KEY, _NOTHING = pa.scalar(TEXT_TAG, pa.binary()), pa.scalar(b"", pa.binary())
 #: An encoded trace suffix ``((0, child), (0, 0))``: 8 + 4 bytes per local time, big-endian.
 _CHILD_SUFFIX = np.dtype([("zero", "S8"), ("child", ">u4"), ("map", "S12")])
@@ -177,31 +193,59 @@ _CHILD_SUFFIX = np.dtype([("zero", "S8"), ("child", ">u4"), ("map", "S12")])
 _MAP_SUFFIX = np.dtype([("map", "S12")])
 
 
-def _pickled_pairs(words: pa.Array) -> pa.Array | None:
-    """``MAPPED_TAG + pickle.dumps((word, 1), 5)`` per word (binary); None if one is long.
+def _pickled_pairs(words: pa.Array, counts: np.ndarray) -> pa.Array | None:
+    """``MAPPED_TAG + pickle.dumps((word, n), 5)`` per word and count (binary), or None.
+
+    None if a word is 256 bytes or longer, or a count not in ``[1, 2**31)``: those pickle
+    otherwise, and go the general way.
 
     ``tests/unit/test_columnar.py`` checks the bytes against ``pickle``'s on random words.
     """
     lengths = pc.binary_length(words).to_numpy(zero_copy_only=False)
-    if lengths.max() >= 256:  # pickled as BINUNICODE, a 4-byte length: the general path
+    if lengths.max() >= 256 or counts.min() < 1 or counts.max() >= 2**31:
         return None
+    widths = np.where(counts < 256, 1, np.where(counts < 65536, 2, 4))
     fixed = np.zeros(len(lengths), _PAIR_LENGTHS)
-    fixed["frame"], fixed["opcode"], fixed["length"] = lengths + 8, 0x8C, lengths
-    middle = _fixed_binary(fixed)
-    head, tail = pa.scalar(PAIR_HEAD, pa.binary()), pa.scalar(_PAIR_TAIL, pa.binary())
-    return pc.binary_join_element_wise(head, middle, words, tail, _NOTHING)
+    fixed["frame"], fixed["opcode"], fixed["length"] = lengths + 7 + widths, 0x8C, lengths
+    head = pa.scalar(PAIR_HEAD, pa.binary())
+    return pc.binary_join_element_wise(
+        head, _fixed_binary(fixed), words, _pair_tails(counts, widths), _NOTHING
+    )
 
 
-def _suffix_bytes(rows: np.ndarray, split: bool) -> pa.Array:
-    """Each word's encoded trace: its row's is empty, then its suffix (see :func:`_suffixes`).
+def _pair_tails(counts: np.ndarray, widths: np.ndarray) -> pa.Array:
+    """What follows each word: MEMOIZE, the count's opcode and bytes, TUPLE2, MEMOIZE, STOP."""
+    sizes = 5 + widths
+    record = np.zeros((len(counts), 9), np.uint8)
+    record[:, 0] = 0x94
+    for width, opcode in _INT_OPS:
+        record[widths == width, 1] = opcode
+    record[:, 2:6] = counts.astype("<u4").view(np.uint8).reshape(-1, 4)
+    positions = np.arange(9)
+    ends = (2 + widths)[:, None]  # the tail's three bytes go right after the count
+    for nth, byte in enumerate((0x86, 0x94, ord("."))):
+        record[positions == ends + nth] = byte
+    keep = positions < sizes[:, None]  # row by row, the record's first ``size`` bytes
+    offsets = np.zeros(len(counts) + 1, np.int32)
+    np.cumsum(sizes, out=offsets[1:])
+    buffers = [None, pa.py_buffer(offsets), pa.py_buffer(record[keep])]
+    return pa.BinaryArray.from_buffers(pa.binary(), len(counts), buffers)
 
-    ``rows``: each word's row (ascending), for the flat_map's child index; without a split
-    only the map's ``(0, 0)``.
+
+def _suffix_bytes(rows: np.ndarray, split: bool, words: np.ndarray | None = None) -> pa.Array:
+    """Each word's encoded trace suffix (its row's trace, a front row's, is empty).
+
+    The flat_map's ``(0, child)`` and the map's ``(0, 0)``, or only the map's without a split.
+
+    ``rows``: each word's row (ascending), for the flat_map's child index; ``words``: the
+    words to give a trace (indexes into ``rows``), None for all.
     """
+    n = len(rows) if words is None else len(words)
     if not split:
-        return _fixed_binary(np.zeros(len(rows), _MAP_SUFFIX))
-    fixed = np.zeros(len(rows), _CHILD_SUFFIX)
-    fixed["child"] = _children(rows)
+        return _fixed_binary(np.zeros(n, _MAP_SUFFIX))
+    fixed = np.zeros(n, _CHILD_SUFFIX)
+    children = _children(rows)
+    fixed["child"] = children if words is None else children[words]
     return _fixed_binary(fixed)
 
 
@@ -216,21 +260,3 @@ def _fixed_binary(records: np.ndarray) -> pa.Array:
     kind = pa.binary(records.dtype.itemsize)
     buffers = [None, pa.py_buffer(records.tobytes())]
     return pa.FixedSizeBinaryArray.from_buffers(kind, len(records), buffers).cast(pa.binary())
-
-
-def _suffixes(children: np.ndarray | None, n: int) -> list[tuple[LocalTime, ...]]:
-    """The trace suffixes the general path gives: flat_map's ``(0, child)``, map's ``(0, 0)``.
-
-    Without a split (``children`` None) only the map's. Equal suffixes share one tuple, as the
-    general path's do.
-    """
-    if children is None:
-        return [(_L00,)] * n
-    shared: dict[int, tuple[LocalTime, ...]] = {}
-    out = []
-    for child in children.tolist():
-        suffix = shared.get(child)
-        if suffix is None:
-            suffix = shared[child] = (LocalTime(0, child), _L00)
-        out.append(suffix)
-    return out
