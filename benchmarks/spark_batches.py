@@ -81,12 +81,12 @@ def rate_source(spark: Any, rate: int) -> Any:
 
 
 def count_graph() -> Any:
-    """``count`` of the records (their keys) -> ``"key=count"`` -> sink."""
-    from flamestream import Dataflow, count
+    """``count`` of the records (their keys) -> ``"key=count"`` (a ``Template``) -> sink."""
+    from flamestream import Dataflow, Template, count
 
     flow = Dataflow("keycount")
     counts = count(flow, "count", flow.source("keys"))
-    flow.sink("out", flow.map("render", counts, lambda r: f"{r.key}={r.value}"))
+    flow.sink("out", flow.map("render", counts, Template("{key}={value}")))
     return flow
 
 

@@ -54,3 +54,31 @@ def test_a_query_s_source_runner_is_started_through_the_launcher(
     assert runners, "no streaming source runner process while the query ran"
     for cmdline in runners:
         assert any(part.endswith(b"/flamestream-python") for part in cmdline), cmdline
+
+
+def _freeze_count(_: object) -> list[int]:
+    import gc
+
+    from flamestream.spark.exec.gc_pause import freeze_worker
+
+    before = gc.get_freeze_count()
+    freeze_worker()
+    freeze_worker()  # once per worker: the second call changes nothing
+    return [before, gc.get_freeze_count()]
+
+
+def test_a_worker_freezes_what_it_holds_at_its_first_task_and_a_driver_never(
+    spark: SparkSession,
+):
+    """In a Spark task, ``freeze_worker`` moves the worker's objects (modules, pyspark) out
+    of the collector's way; outside a task (here: the test's own process) it does nothing."""
+    import gc
+
+    from flamestream.spark.exec.gc_pause import freeze_worker
+
+    counts = spark.sparkContext.parallelize([0], 1).mapPartitions(_freeze_count).collect()
+    before, after = counts
+    assert after > max(before, 10_000)  # pyspark and flamestream alone are ~100,000 objects
+    here = gc.get_freeze_count()
+    freeze_worker()
+    assert gc.get_freeze_count() == here

@@ -40,6 +40,7 @@ from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.durable import QueryCheckpoint, batch_id_of_task
 from flamestream.spark.durable.barrier import BarrierStore, CommitOutcome, StagedPart
 from flamestream.spark.durable.state import STATE_BYTES
+from flamestream.spark.exec.gc_pause import freeze_worker
 from flamestream.spark.exec.items import (
     MAY_INVALIDATE,
     RELEASED_COLUMNS,
@@ -128,6 +129,7 @@ class BarrierWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
         """Stage this task's rows durably (executors)."""
+        freeze_worker()
         context = TaskContext.get()
         assert context is not None  # write() runs in a task  # noqa: S101
         batch_id = batch_id_of_task()

@@ -40,7 +40,7 @@ from flamestream.spark.durable import (
 )
 from flamestream.spark.durable.loop import LoopStore
 from flamestream.spark.exec.fastpath import Leaving, MapReduceCycle
-from flamestream.spark.exec.gc_pause import gc_paused
+from flamestream.spark.exec.gc_pause import freeze_worker, gc_paused
 from flamestream.spark.exec.items import (
     MAY_INVALIDATE,
     TOMBSTONE,
@@ -133,6 +133,7 @@ class KeyedRunner:
         The cyclic garbage collector is paused meanwhile (see :mod:`.gc_pause`): the state
         holds every item of the batch, and the collector kept re-scanning them.
         """
+        freeze_worker()
         with gc_paused():
             yield from self._partition(batches)
 
