@@ -13,6 +13,7 @@ defaults for every option but ``front`` and ``sink``; ``.option(...)`` wins.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -38,25 +39,25 @@ from flamestream.spark.control.channels import ControlReader, LoopReader
 from flamestream.spark.control.key_layout import EVEN, GAIN, MIN_ITEMS, SKEW, ElasticPolicy
 from flamestream.spark.exec.items import ITEM_SCHEMA
 
+#: The fronts and sinks by kind: (module, class). Only the chosen one is imported: every query
+#: start imports this module in several fresh Python processes, and the Kafka client alone
+#: takes 65 ms to import, for queries that read files.
+_FRONTS = {
+    "files": ("pyspark_flamestream.fronts.files", "FilesSource"),
+    "generator": ("pyspark_flamestream.fronts.generator", "GeneratorSource"),
+    "kafka": ("pyspark_flamestream.fronts.kafka", "KafkaSource"),
+}
+_SINKS = {
+    "files": ("pyspark_flamestream.sinks.files", "FilesOutput"),
+    "kafka": ("pyspark_flamestream.sinks.kafka", "KafkaOutput"),
+}
 
-def _front_kinds() -> dict[str, Callable[[OptionReader], FrontSource]]:
-    from pyspark_flamestream.fronts.files import FilesSource
-    from pyspark_flamestream.fronts.generator import GeneratorSource
-    from pyspark_flamestream.fronts.kafka import KafkaSource
 
-    kinds: dict[str, Callable[[OptionReader], FrontSource]] = {
-        "files": FilesSource,
-        "generator": GeneratorSource,
-        "kafka": KafkaSource,
-    }
-    return kinds
-
-
-def _sink_kinds() -> dict[str, Callable[[OptionReader], SinkOutput]]:
-    from pyspark_flamestream.sinks.files import FilesOutput
-    from pyspark_flamestream.sinks.kafka import KafkaOutput
-
-    return {"files": FilesOutput, "kafka": KafkaOutput}
+def _kind(kinds: Mapping[str, tuple[str, str]], kind: str) -> Callable[[OptionReader], Any]:
+    """The class of ``kind`` (a front or a sink), its module imported now."""
+    module, name = kinds[kind]
+    made: Callable[[OptionReader], Any] = getattr(importlib.import_module(module), name)
+    return made
 
 
 class FlameStreamDataSource(DataSource):
@@ -76,9 +77,8 @@ class FlameStreamDataSource(DataSource):
 
     def _front_source(self) -> tuple[FrontSource, ReaderConfig]:
         if self._front is None:
-            kinds = _front_kinds()
-            options, kind = self._step_options("front", kinds)
-            source = kinds[kind](options)
+            options, kind = self._step_options("front", _FRONTS)
+            source: FrontSource = _kind(_FRONTS, kind)(options)
             config = ReaderConfig.parse(options, source.limit_alias)
             options.finish()
             self._front = (source, config)
@@ -156,9 +156,8 @@ class FlameStreamDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """A barrier sink writing to the chosen destination."""
-        kinds = _sink_kinds()
-        options, kind = self._step_options("sink", kinds)
-        output = kinds[kind](options)
+        options, kind = self._step_options("sink", _SINKS)
+        output: SinkOutput = _kind(_SINKS, kind)(options)
         writer = BarrierWriter(output, options, schema)
         options.finish()
         output.check()  # connectivity last: a typo in an option is reported without a probe
