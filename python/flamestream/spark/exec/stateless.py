@@ -126,10 +126,8 @@ class StageRunner:
     def _run(self, batch: pa.RecordBatch, payloads: list[Any] | None) -> pa.RecordBatch:
         if self.counted is not None and payloads is None:
             counted = self.counted.run(batch)
-            if isinstance(counted, pa.RecordBatch):
-                return counted
             if counted is not None:
-                return self._rows(batch, {self.counted.dest: counted})
+                return counted
         queues = {sid: Items() for sid in self.stage.steps}
         leaving: dict[str, Items] = {}
         for to, items in self._entering(batch, payloads).items():
