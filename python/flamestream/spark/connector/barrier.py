@@ -16,7 +16,7 @@ from flamestream.model import END_OF_TIME, GlobalTime, Meta, invalidates
 from flamestream.spark.connector.offsets import OFFSET_VERSIONS, FrontOffset
 from flamestream.spark.durable import QueryCheckpoint
 from flamestream.spark.durable.loop import AckTable, loops_enabled
-from flamestream.spark.exec.items import MAY_INVALIDATE, TOMBSTONE, decode_trace
+from flamestream.spark.exec.items import MAY_INVALIDATE, TOMBSTONE, decode_trace, sorted_by_meta
 
 
 def front_offsets(checkpoint: str, batch_id: int) -> list[dict[str, Any]]:
@@ -106,6 +106,13 @@ def drop_invalidated(table: pa.Table) -> pa.Table:
             if flag_list[i] & TOMBSTONE or any(invalidates(metas[j], metas[i]) for j in newer):
                 keep[i] = False
     return table.filter(pa.array(keep))
+
+
+def ready_and_rest(table: pa.Table, ready: pa.Array) -> tuple[pa.Table, pa.Table]:
+    """(the ``ready`` rows in meta order, the others); a table wholly ready is not copied."""
+    if pc.all(ready).as_py():  # the usual case: a batch's rows all below its min-time
+        return sorted_by_meta(table), table.slice(0, 0)
+    return sorted_by_meta(table.filter(ready)), table.filter(pc.invert(ready))
 
 
 def below(table: pa.Table, min_time: GlobalTime) -> pa.Array:

@@ -34,7 +34,12 @@ from pyspark.sql.types import StructType
 
 from flamestream.errors import ConfigError
 from flamestream.jvm import Shim
-from flamestream.spark.connector.barrier import below, front_offsets, read_min_time
+from flamestream.spark.connector.barrier import (
+    below,
+    front_offsets,
+    read_min_time,
+    ready_and_rest,
+)
 from flamestream.spark.connector.faults import crash_point
 from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.durable import QueryCheckpoint, batch_id_of_task
@@ -45,7 +50,6 @@ from flamestream.spark.exec.items import (
     MAY_INVALIDATE,
     RELEASED_COLUMNS,
     TOMBSTONE,
-    sorted_by_meta,
 )
 from flamestream.spark.exec.shipping import OPTION as STAGE_OPTION
 from flamestream.spark.exec.shipping import unship
@@ -155,12 +159,8 @@ class BarrierWriter(DataSourceStreamArrowWriter):
         if "flags" in table.column_names:
             plain = pc.equal(pc.bit_wise_and(table.column("flags"), MAY_INVALIDATE | TOMBSTONE), 0)
             ready = pc.and_(ready, plain)
-        if pc.all(ready).as_py():  # the usual case: no copy of the rows
-            out, part = sorted_by_meta(table), None
-        else:
-            out = sorted_by_meta(table.filter(ready))
-            rest = table.filter(pc.invert(ready))
-            part = self.store.stage(batch_id, partition_id, rest) if rest.num_rows else None
+        out, rest = ready_and_rest(table, ready)
+        part = self.store.stage(batch_id, partition_id, rest) if rest.num_rows else None
         if not out.num_rows:
             return StagedMessage(part)
         written = self.output.write_part(batch_id, partition_id, out)

@@ -24,12 +24,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from flamestream.model import GlobalTime
-from flamestream.spark.connector.barrier import below, drop_invalidated
+from flamestream.spark.connector.barrier import below, drop_invalidated, ready_and_rest
 from flamestream.spark.durable import filesystem, numbered, write_atomically
-from flamestream.spark.exec.items import sorted_by_meta
 
 #: Batches of staging and pending files kept behind the newest commit (for inspection).
 KEEP_BATCHES = 2
@@ -199,8 +197,7 @@ def _split(
     """(rows below ``min_time`` in meta order, the rest); (None, None) for an empty buffer."""
     if buffered is None or not buffered.num_rows:
         return None, None
-    ready = below(buffered, min_time)
-    return sorted_by_meta(buffered.filter(ready)), buffered.filter(pc.invert(ready))
+    return ready_and_rest(buffered, below(buffered, min_time))
 
 
 def _outcome(batch_id: int, record: dict[str, Any], *, skipped: bool = True) -> CommitOutcome:

@@ -25,7 +25,7 @@ from flamestream.graph.logical import LogicalGraph
 from flamestream.graph.mapreduce import Reduced
 from flamestream.model import LocalTime
 from flamestream.spark.exec.items import ITEM_SCHEMA, encode_trace, extended_traces
-from flamestream.spark.plan.stages import Stage, template_render
+from flamestream.spark.plan.stages import Stage, TemplateRender, template_render
 
 #: What a stateless step appends to the trace of its only output: ``(0, 0)``.
 _MAP_SUFFIX = np.frombuffer(encode_trace((LocalTime(0, 0),)), np.uint8).reshape(1, -1)
@@ -72,17 +72,15 @@ def item_rows(meta: list[pa.Array], to: str, value: pa.Array | None = None) -> p
 class RenderedTail:
     """A tail stage that is one plain ``Template`` map into a sink, run on reduced columns."""
 
-    def __init__(self, parts: list[tuple[str, str | None]], sink: str) -> None:
-        self.parts = parts
-        self.sink = sink
+    def __init__(self, shape: TemplateRender) -> None:
+        self.parts = shape.parts  #: the template's (literal, field) pairs
+        self.sink = shape.sink
 
     @classmethod
     def of(cls, graph: LogicalGraph, stage: Stage, default_render: bool) -> RenderedTail | None:
         """The stage's Arrow form, or None if it is not such a map with the default render."""
-        render = template_render(graph, stage)
-        if render is None or not default_render:
-            return None
-        return cls(list(render.parts), render.sink)
+        shape = template_render(graph, stage)
+        return cls(shape) if shape is not None and default_render else None
 
     def run(self, batch: pa.RecordBatch, payloads: ReducedColumns) -> pa.RecordBatch | None:
         """The rows the stage sends its sink for ``batch``; None if a row is flagged."""
