@@ -10,10 +10,12 @@ PRECOMPILED := $(VENV)/.workers-precompiled
 SPARK_ZIPS  := $(wildcard $(VENV)/lib/python3*/site-packages/pyspark/python/lib/*.zip)
 SHIM_SOURCES := jvm-shim/pom.xml $(wildcard jvm-shim/src/main/java/io/flamestream/shim/*.java)
 
-# Spark workers must start the project's interpreter, not whatever `python3` is on PATH.
-# flamestream-python (flamestream.launcher) connects back before it imports pyspark.
+# Spark's Python processes must start the project's interpreter, not whatever `python3` is on
+# PATH. flamestream-python (flamestream.launcher) connects back before it imports pyspark and
+# forks warm processes (flamestream.warm_start). Both names: Spark starts a Python data
+# source's processes with PYSPARK_DRIVER_PYTHON when it is set, its tasks' with PYSPARK_PYTHON.
 export PYSPARK_PYTHON := $(abspath $(VENV)/bin/flamestream-python)
-export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(VENV)/bin/flamestream-python)
 
 .PHONY: help setup run test unit lint format bench bench-spark bench-compare clean
 
