@@ -36,6 +36,8 @@ import struct
 import sys
 from typing import Any
 
+from flamestream import warm_start
+
 #: The module Spark starts as a daemon that forks workers: it does not connect back itself.
 DAEMON = "pyspark.daemon"
 #: Spark's default wait for the auth reply (``spark.python.authenticate.socketTimeout``).
@@ -167,14 +169,22 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     target = _module_of(args)
     address = connect_back_address(dict(os.environ))
-    if target is None or target[0] == DAEMON or address is None:
+    daemon = target is not None and target[0] == DAEMON
+    if target is None or (address is None and not daemon):
         os.execv(sys.executable, [sys.executable, *args])  # noqa: S606  (exactly `python ARGS`)
     module, module_args = target
-    try:
-        connection = connect(address, os.environ.get("PYTHON_WORKER_FACTORY_SECRET"))
-    except OSError:
-        connection = None  # pyspark's own connect tries again and reports its own error
-    if connection is not None:
+    connection = None
+    if address is not None and not daemon:
+        try:
+            connection = connect(address, os.environ.get("PYTHON_WORKER_FACTORY_SECRET"))
+        except OSError:
+            connection = None  # pyspark's own connect tries again and reports its own error
+    if warm_start.enabled(os.environ):
+        # returns only if no warm child was started: then start cold, below
+        warm_start.run_warm(args, address, connection)
+    if daemon:
+        os.execv(sys.executable, [sys.executable, *args])  # noqa: S606  (exactly `python ARGS`)
+    if connection is not None and address is not None:
         _hand_over(address, connection)
     _run_module(module, module_args)
 

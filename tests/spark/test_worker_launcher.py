@@ -6,6 +6,7 @@ loaded machine"); flamestream-python connects before importing pyspark.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -16,29 +17,30 @@ from .conftest import files_front, write_lines
 RUNNER = b"pyspark.sql.streaming.python_streaming_source_runner"
 
 
-def source_runners() -> list[list[bytes]]:
-    """The command lines of the streaming source runner processes on this machine."""
-    found = []
+def source_runners() -> dict[int, tuple[list[bytes], str]]:
+    """The streaming source runner processes on this machine: pid -> (command line, maps)."""
+    found = {}
     for proc in Path("/proc").iterdir():
         try:
             cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            if RUNNER in cmdline:
+                found[int(proc.name)] = (cmdline, (proc / "maps").read_text())
         except OSError:  # gone, or not a process
             continue
-        if RUNNER in cmdline:
-            found.append(cmdline)
     return found
 
 
-def test_a_query_s_source_runner_is_started_through_the_launcher(
-    spark: SparkSession, tmp_path: Path
-):
-    write_lines(tmp_path / "in" / "a.txt", ["a", "b"])
+def run_until_progress(
+    spark: SparkSession, tmp_path: Path, name: str
+) -> dict[int, tuple[list[bytes], str]]:
+    """Run a files -> files query until its first progress; the source runners seen then."""
+    write_lines(tmp_path / name / "in" / "a.txt", ["a", "b"])
     query = (
-        files_front(spark, tmp_path / "in")
+        files_front(spark, tmp_path / name / "in")
         .writeStream.format("flamestream")
         .option("sink", "files")
-        .option("path", str(tmp_path / "out"))
-        .option("checkpointLocation", str(tmp_path / "ck"))
+        .option("path", str(tmp_path / name / "out"))
+        .option("checkpointLocation", str(tmp_path / name / "ck"))
         .trigger(processingTime="200 milliseconds")
         .start()
     )
@@ -48,12 +50,35 @@ def test_a_query_s_source_runner_is_started_through_the_launcher(
             assert query.exception() is None
             time.sleep(0.2)
         assert query.lastProgress is not None, "the query made no progress"
-        runners = source_runners()
+        return source_runners()
     finally:
         query.stop()
+
+
+def test_a_query_s_source_runner_is_started_through_the_launcher(
+    spark: SparkSession, tmp_path: Path
+):
+    runners = run_until_progress(spark, tmp_path, "q")
     assert runners, "no streaming source runner process while the query ran"
-    for cmdline in runners:
+    for cmdline, _ in runners.values():
         assert any(part.endswith(b"/flamestream-python") for part in cmdline), cmdline
+
+
+def test_a_query_s_source_runner_runs_in_a_warm_child(spark: SparkSession, tmp_path: Path):
+    """Once this JVM's warm server listens, the runner is forked from it: the process Spark
+    started (the launcher) never loads pyspark's or the connector's libraries itself."""
+    jvm = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()  # type: ignore[union-attr]
+    root = Path(os.environ.get("TMPDIR") or "/tmp") / f"flamestream-warm-{os.getuid()}"  # noqa: S108
+    earlier = set(run_until_progress(spark, tmp_path, "first"))  # its processes start the server
+    deadline = time.monotonic() + 120
+    while not list(root.glob(f"{jvm}-*.sock")):
+        assert time.monotonic() < deadline, f"no warm server for JVM {jvm} in {root}"
+        time.sleep(0.2)
+    runners = run_until_progress(spark, tmp_path, "second")
+    new = {pid: maps for pid, (_, maps) in runners.items() if pid not in earlier}
+    assert new, "no new streaming source runner process while the query ran"
+    for pid, maps in new.items():
+        assert "libarrow" not in maps, f"runner {pid} loaded pyarrow itself: it started cold"
 
 
 def _freeze_count(_: object) -> list[int]:
