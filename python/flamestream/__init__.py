@@ -5,28 +5,77 @@ cycles allowed), test it on the reference runtime (:mod:`flamestream.testing`), 
 Spark (coming with the Spark runtime).
 """
 
-from flamestream.errors import (
-    ConfigError,
-    FlameStreamError,
-    GraphError,
-    InvariantError,
-    RecordError,
-    ScheduleError,
-    StepError,
-    UnhashableKeyError,
-)
-from flamestream.graph import (
-    Dataflow,
-    LogicalGraph,
-    Mapped,
-    Reduced,
-    Stream,
-    Template,
-    count,
-    map_reduce,
-)
-from flamestream.model import END_OF_TIME, DataItem, GlobalTime, LocalTime, Meta, invalidates
-from flamestream.runtime import ReferenceRuntime, Released
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from flamestream.errors import (
+        ConfigError,
+        FlameStreamError,
+        GraphError,
+        InvariantError,
+        RecordError,
+        ScheduleError,
+        StepError,
+        UnhashableKeyError,
+    )
+    from flamestream.graph import (
+        Dataflow,
+        LogicalGraph,
+        Mapped,
+        Reduced,
+        Stream,
+        Template,
+        count,
+        map_reduce,
+    )
+    from flamestream.model import END_OF_TIME, DataItem, GlobalTime, LocalTime, Meta, invalidates
+    from flamestream.runtime import ReferenceRuntime, Released
+
+#: Where each public name lives. Imported on first use (PEP 562), so that importing one
+#: submodule (``flamestream.launcher``, which every Python process Spark starts runs first)
+#: does not import the graph builder, the model and the reference runtime with it.
+_EXPORTS = {
+    "ConfigError": "flamestream.errors",
+    "FlameStreamError": "flamestream.errors",
+    "GraphError": "flamestream.errors",
+    "InvariantError": "flamestream.errors",
+    "RecordError": "flamestream.errors",
+    "ScheduleError": "flamestream.errors",
+    "StepError": "flamestream.errors",
+    "UnhashableKeyError": "flamestream.errors",
+    "Dataflow": "flamestream.graph",
+    "LogicalGraph": "flamestream.graph",
+    "Mapped": "flamestream.graph",
+    "Reduced": "flamestream.graph",
+    "Stream": "flamestream.graph",
+    "Template": "flamestream.graph",
+    "count": "flamestream.graph",
+    "map_reduce": "flamestream.graph",
+    "END_OF_TIME": "flamestream.model",
+    "DataItem": "flamestream.model",
+    "GlobalTime": "flamestream.model",
+    "LocalTime": "flamestream.model",
+    "Meta": "flamestream.model",
+    "invalidates": "flamestream.model",
+    "ReferenceRuntime": "flamestream.runtime",
+    "Released": "flamestream.runtime",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module on first use."""
+    if name not in _EXPORTS:
+        msg = f"module 'flamestream' has no attribute {name!r}"
+        raise AttributeError(msg)
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
 
 __version__ = "0.1.0"
 
