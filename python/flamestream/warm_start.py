@@ -296,6 +296,8 @@ def serve(base: str, jvm_pid: int) -> None:
     import gc
     import importlib
 
+    from flamestream.workers import share_zip_directories
+
     lock = os.open(base + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -309,6 +311,7 @@ def serve(base: str, jvm_pid: int) -> None:
             importlib.import_module(module)
         except Exception as exc:
             print(f"flamestream warm start: not preloaded {module}: {exc!r}", file=sys.stderr)
+    share_zip_directories()  # every child's tasks call invalidate_caches (workers.py says why)
     gc.collect()
     gc.freeze()  # the imports stay shared with every child: the GC never touches their pages
     try:

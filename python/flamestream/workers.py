@@ -344,6 +344,50 @@ def precompile_spark_python(pyspark_dir: Path | None = None, *, checked: bool = 
     return Report(tuple(precompile_archive(p, checked=checked) for p in zips))
 
 
+#: Per archive, the file's (inode, size, mtime) when ``zipimport``'s cache last read it.
+_read_at: dict[str, tuple[int, int, int]] = {}
+
+
+def share_zip_directories() -> None:
+    """Have ``importlib.invalidate_caches()`` read an unchanged zip's directory once.
+
+    Once per archive, not once per importer; for this process and the ones it forks
+    (idempotent).
+
+    Spark's Python workers call ``importlib.invalidate_caches()`` at every task
+    (``pyspark.worker_util.setup_spark_files``), and the source runner at its start. Python
+    keeps one ``zipimporter`` per package directory inside a zip (``pyspark.zip``,
+    ``pyspark.zip/pyspark/sql``, ...: 16 once ``pyspark.worker`` is imported), and 3.11's
+    ``zipimporter.invalidate_caches`` makes each of them parse the whole zip's central
+    directory again, in Python: about 0.12 s of CPU per task for ``pyspark.zip``. Here an
+    importer whose archive has the same inode, size and modification time as when the shared
+    cache (``zipimport._zip_directory_cache``) last read it takes that directory instead;
+    any change to the file reads it again, as before.
+    """
+    import zipimport
+
+    if getattr(zipimport.zipimporter.invalidate_caches, "shares_directories", False):
+        return
+    reread = zipimport.zipimporter.invalidate_caches
+    cache: dict[str, Any] = zipimport._zip_directory_cache  # type: ignore[attr-defined]
+
+    def invalidate_caches(self: Any) -> None:
+        try:
+            info = os.stat(self.archive)
+        except OSError:
+            reread(self)
+            return
+        signature = (info.st_ino, info.st_size, info.st_mtime_ns)
+        if _read_at.get(self.archive) == signature and self.archive in cache:
+            self._files = cache[self.archive]
+            return
+        reread(self)
+        _read_at[self.archive] = signature
+
+    invalidate_caches.shares_directories = True  # type: ignore[attr-defined]
+    zipimport.zipimporter.invalidate_caches = invalidate_caches  # type: ignore[method-assign]
+
+
 def main(argv: list[str]) -> int:
     """``python -m flamestream.workers precompile [PYSPARK_DIR]``."""
     if not argv or argv[0] != "precompile" or len(argv) > 2:

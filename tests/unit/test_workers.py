@@ -215,3 +215,46 @@ def test_missing_zips_are_named_in_the_error(tmp_path: Path) -> None:
     (tmp_path / "python" / "lib" / "pyspark.zip").write_bytes(b"not a zip")
     with pytest.raises(PrecompileError, match="is not a readable zip"):
         precompile_spark_python(tmp_path)
+
+
+# A fresh interpreter importing from the zip, sharing zip directories, then counting how often
+# invalidate_caches parses the zip's directory: unchanged, and after the zip gained a module.
+SHARING = """
+import importlib, os, sys, zipfile, zipimport
+archive = sys.argv[1]
+sys.path.insert(0, archive)
+import pkg.mod, pkg.sub.deep
+from flamestream.workers import share_zip_directories
+reads = []
+real = zipimport._read_directory
+def counted(path):
+    reads.append(path)
+    return real(path)
+zipimport._read_directory = counted
+importers = sum(1 for p in sys.path_importer_cache if p.startswith(archive))
+share_zip_directories()
+share_zip_directories()
+importlib.invalidate_caches()
+first = len(reads)
+importlib.invalidate_caches()
+again = len(reads) - first
+with zipfile.ZipFile(archive, "a") as out:
+    out.writestr("pkg/added.py", "VALUE = 'added'\\n")
+st = os.stat(archive)
+os.utime(archive, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+importlib.invalidate_caches()
+import pkg.added
+print(importers, first, again, len(reads) - first - again, pkg.added.VALUE)
+"""
+
+
+def test_invalidate_caches_reads_an_unchanged_zip_once_and_a_changed_one_again(tmp_path: Path):
+    archive = make_zip(tmp_path / "shared.zip")
+    done = subprocess.run(
+        [sys.executable, "-c", SHARING, str(archive)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    importers, first, again, after_change, value = done.stdout.split()
+    assert int(importers) >= 3  # the zip, pkg/ and pkg/sub/: one importer each
+    assert (int(first), int(again), value) == (1, 0, "added")
+    assert int(after_change) == 1
