@@ -26,8 +26,9 @@ The protocol, one request per connection on a Unix socket in a private per-user 
 What keeps it safe:
 
 * A child shares nothing with the server but the imported modules (copy on write), and runs
-  with the request's environment entire; the server's key includes everything the imports
-  depend on (interpreter, ``PYTHONPATH``, hash seed).
+  with the request's environment entire; the server's key includes everything an interpreter
+  reads from the environment only at its start (:data:`KEYED_ENV`: ``PYTHONPATH``, the hash
+  seed, stdio and warnings settings, locale, time zone) and the interpreter itself.
 * A child dies with its launcher, ``SIGKILL`` included: it watches a pipe whose write end only
   the launcher holds, and terminates itself at end of file.
 * The server lives as long as the JVM whose process started it (a pidfd), or until its socket
@@ -57,8 +58,30 @@ from typing import Any, NoReturn
 
 #: Set to ``0`` to start every Python process of Spark cold.
 SWITCH = "FLAMESTREAM_WARM_START"
-#: The environment a server's imports depend on: a request differing in one is another server's.
-KEYED_ENV = ("PYTHONPATH", "PYTHONHASHSEED", "PYTHONNOUSERSITE", "PYTHONSAFEPATH")
+#: What an interpreter reads from the environment once, at its start (the import path, the
+#: hash seed, stdio, warnings, locale, time zone): a request differing in one of them is
+#: another server's. The rest of a request's environment is simply the child's.
+KEYED_ENV = (
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONHASHSEED",
+    "PYTHONNOUSERSITE",
+    "PYTHONSAFEPATH",
+    "PYTHONPLATLIBDIR",
+    "PYTHONUNBUFFERED",
+    "PYTHONIOENCODING",
+    "PYTHONUTF8",
+    "PYTHONWARNINGS",
+    "PYTHONOPTIMIZE",
+    "PYTHONDEVMODE",
+    "PYTHONFAULTHANDLER",
+    "PYTHONMALLOC",
+    "PYTHONDONTWRITEBYTECODE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LANG",
+    "TZ",
+)
 #: What a server imports before it forks: pyspark's worker modules, pyarrow, the connector.
 #: Best effort: a module that fails to import is left to the child.
 PRELOAD = (

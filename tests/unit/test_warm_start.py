@@ -157,6 +157,8 @@ def test_the_server_is_per_python_path(env: dict[str, str], tmp_path: Path):
     other = dict(env, PYTHONPATH=env.get("PYTHONPATH", "") + os.pathsep + "elsewhere")
     assert server_socket(env) != server_socket(other)
     assert server_socket(env) == server_socket(dict(env, PROBE_VALUE="any"))
+    assert server_socket(env) != server_socket(dict(env, TZ="Asia/Kolkata"))
+    assert server_socket(env) != server_socket(dict(env, PYTHONHASHSEED="7"))
     deep = tmp_path / ("d" * 100)
     deep.mkdir()
     assert warm_start.server_base({"TMPDIR": str(deep)}, 1) is None  # no socket fits: cold
