@@ -526,10 +526,24 @@ def run_child(request: dict[str, Any], fds: list[int]) -> NoReturn:
 
         traceback.print_exc()
         code = 1
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(OSError, ValueError):
-                stream.flush()
+    _exit_as_python_would(code)
+
+
+def _exit_as_python_would(code: int) -> NoReturn:
+    """End as an interpreter does: wait for non-daemon threads, run ``atexit``, flush.
+
+    Then ``os._exit``: what is left (the server's own state) must not run its exit code.
+    """
+    import atexit
+    import threading
+
+    with contextlib.suppress(Exception):
+        getattr(threading, "_shutdown")()  # noqa: B009  (interpreter exit: joins non-daemon threads)
+    with contextlib.suppress(Exception):
+        getattr(atexit, "_run_exitfuncs")()  # noqa: B009
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
     os._exit(code)
 
 

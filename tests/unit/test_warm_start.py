@@ -111,6 +111,14 @@ def test_a_warm_child_runs_the_module_as_python_m_would(env: dict[str, str], tmp
     assert (code, out, err.strip().splitlines()[-1]) == (3, "probe out\n", "probe err")
 
 
+def test_a_warm_child_ends_as_an_interpreter_does(env: dict[str, str]):
+    warmed(env)
+    probe = Started(env, "0", "hooks")
+    code, out, _ = probe.finish()
+    assert probe.warm
+    assert (code, out.splitlines()) == (0, ["probe out", "thread done", "atexit ran"])
+
+
 def test_a_signal_to_the_launcher_reaches_the_child_and_its_end_is_the_launcher_s(
     env: dict[str, str],
 ):

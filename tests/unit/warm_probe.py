@@ -1,9 +1,10 @@
 """A stand-in for a Spark worker module started warm: reports what process it runs as.
 
 ``tests/unit/test_warm_start.py`` starts it as ``flamestream-python -m tests.unit.warm_probe
-CODE [sleep]`` against a server speaking the JVM's side of the connect-back protocol. It sends
+CODE [sleep|hooks]`` against a server speaking the JVM's side of the connect-back protocol. It sends
 its pid, parent, arguments, working directory, ``__name__`` and ``PROBE_VALUE`` as JSON, writes
-a line to stdout and to stderr, then sleeps if asked, and exits with ``CODE``.
+a line to stdout and to stderr, then sleeps or leaves exit hooks if asked, and exits with
+``CODE``.
 """
 
 from __future__ import annotations
@@ -31,4 +32,10 @@ if __name__ == "__main__":
     print("probe err", file=sys.stderr, flush=True)
     if sys.argv[2:] == ["sleep"]:
         time.sleep(60)
+    if sys.argv[2:] == ["hooks"]:  # what an interpreter's exit waits for and runs
+        import atexit
+        import threading
+
+        atexit.register(print, "atexit ran", flush=True)
+        threading.Thread(target=lambda: (time.sleep(0.3), print("thread done", flush=True))).start()
     sys.exit(int(sys.argv[1]))
