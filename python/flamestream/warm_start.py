@@ -35,7 +35,8 @@ What keeps it safe:
   file is removed. A lock held for its whole life makes it the only one for its key.
 * Whatever goes wrong before the child exists (no server yet, a refused or broken request),
   the launcher starts the module cold, exactly as without warm starts. The first launcher for a
-  JVM starts the server in the background and starts cold itself.
+  JVM starts the server in the background and starts cold itself; the next ones wait for a
+  server that is still starting (up to :data:`STARTING_FOR` seconds after its launch).
 * ``FLAMESTREAM_WARM_START=0`` turns it off.
 
 The launcher's side imports only the standard library (it runs before pyspark may be
@@ -102,6 +103,8 @@ PRELOAD = (
     "flamestream.spark.exec.summed",
     "flamestream.spark.exec.front_stage",
 )
+#: How long after a server's launch a start waits for it to listen (rather than start cold).
+STARTING_FOR = 5.0
 #: Signals a launcher passes on to its child.
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 _LENGTH = struct.Struct("!I")
@@ -153,7 +156,7 @@ def run_warm(argv: list[str], address: str | int | None, connection: Any) -> Non
     base = server_base(os.environ, jvm_pid)
     if base is None:
         return
-    server = _connect(base + ".sock")
+    server = _connect(base + ".sock") or _connect_when_started(base)
     if server is None:
         _start_server(base, jvm_pid)  # for the next process; this one starts cold
         return
@@ -164,6 +167,31 @@ def run_warm(argv: list[str], address: str | int | None, connection: Any) -> Non
     pid, watchdog = child
     _let_go(connection)
     _follow(server, pid, watchdog)
+
+
+def _connect_when_started(base: str) -> socket.socket | None:
+    """The server that is starting for ``base`` once it listens; None if none is starting.
+
+    A server's log file is made when it is launched, and it takes its lock once its
+    interpreter runs. Waiting for it (it is already importing) is quicker than a cold start;
+    one that has not listened :data:`STARTING_FOR` seconds after its launch, or that has
+    ended without listening, is not waited for.
+    """
+    import time
+
+    try:
+        launched = os.stat(base + ".log").st_mtime
+    except OSError:
+        return None
+    while time.time() < launched + STARTING_FOR:
+        server = _connect(base + ".sock")
+        if server is not None:
+            return server
+        # the lock is taken once the interpreter runs: give it a second to get there
+        if time.time() > launched + 1 and not _server_alive(base):
+            return None  # it ended without listening
+        time.sleep(0.02)
+    return None
 
 
 def _let_go(connection: Any) -> None:
@@ -315,18 +343,18 @@ def _server_alive(base: str) -> bool:
 
 def serve(base: str, jvm_pid: int) -> None:
     """Serve warm starts for ``base`` until the JVM ``jvm_pid`` ends or the socket is removed."""
-    import fcntl
     import gc
     import importlib
 
     from flamestream.workers import share_zip_directories
 
     lock = os.open(base + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    if not _take(lock):
+        return  # another server has the key
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         jvm = os.pidfd_open(jvm_pid)
     except OSError:
-        return  # another server has the key, or the JVM is already gone
+        return  # the JVM is already gone
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is the JVM's to handle
     _sweep(os.path.dirname(base))
     for module in PRELOAD:
@@ -344,6 +372,21 @@ def serve(base: str, jvm_pid: int) -> None:
             path = base + suffix
             if suffix == ".lock" or os.path.getsize(path) == 0:
                 os.unlink(path)
+
+
+def _take(lock: int) -> bool:
+    """Whether this process got the lock (launchers probe it for an instant: try a few times)."""
+    import fcntl
+    import time
+
+    for _ in range(50):
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            time.sleep(0.002)
+        else:
+            return True
+    return False
 
 
 def _sweep(directory: str) -> None:

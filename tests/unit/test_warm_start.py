@@ -111,6 +111,16 @@ def test_a_warm_child_runs_the_module_as_python_m_would(env: dict[str, str], tmp
     assert (code, out, err.strip().splitlines()[-1]) == (3, "probe out\n", "probe err")
 
 
+def test_a_start_while_the_server_starts_waits_for_it_instead_of_starting_cold(
+    env: dict[str, str],
+):
+    first = Started(env, "0")  # launches the server, starts cold
+    assert first.finish()[0] == 0 and not first.warm
+    second = Started(env, "0")  # at once: the server is still importing
+    assert second.finish()[0] == 0
+    assert second.warm
+
+
 def test_a_warm_child_ends_as_an_interpreter_does(env: dict[str, str]):
     warmed(env)
     probe = Started(env, "0", "hooks")
