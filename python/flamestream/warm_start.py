@@ -390,24 +390,21 @@ def _take(lock: int) -> bool:
 
 
 def _sweep(directory: str) -> None:
-    """Remove what servers of JVMs that have ended left behind (their lock is free)."""
-    import fcntl
+    """Remove what servers of JVMs that have ended left behind (unless a lock is still held).
 
-    for name in os.listdir(directory):
-        stem, _, suffix = name.rpartition(".")
+    A server removes its files when it ends, but keeps a log it wrote to, and one that was
+    killed keeps everything.
+    """
+    stems = {name.rpartition(".")[0] for name in os.listdir(directory)}
+    for stem in stems:
         pid = stem.partition("-")[0]
-        if suffix != "lock" or not pid.isdigit() or _alive(int(pid)):
+        if not pid.isdigit() or _alive(int(pid)):
             continue
         base = os.path.join(directory, stem)
-        handle = os.open(base + ".lock", os.O_RDWR)
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        if os.path.exists(base + ".lock") and _server_alive(base):
             continue  # still held: its server is alive
-        finally:
-            os.close(handle)
         for leftover in (".sock", ".log", ".lock"):
-            if os.path.lexists(base + leftover):
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(base + leftover)
 
 

@@ -187,6 +187,7 @@ def test_what_servers_of_ended_jvms_left_is_swept(tmp_path: Path):
     directory.mkdir(mode=0o700)
     dead = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # no such process
     left = [directory / f"{dead}-k.{suffix}" for suffix in ("lock", "sock", "log")]
+    left.append(directory / f"{dead}-logonly.log")  # a server that ended, keeping its log
     for path in left:
         path.touch()
     alive = directory / f"{os.getpid()}-k.lock"
