@@ -486,7 +486,8 @@ class Server:
         return bool(uid == os.getuid())
 
     def _reap(self) -> None:
-        while self.children:
+        """Report each ended child to its launcher (a child no launcher waits for: reap it)."""
+        while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
