@@ -32,27 +32,52 @@ GIB = 2**30
 CORPUS_DIR = Path(__file__).resolve().parent.parent / ".bench"
 
 
-def python_workers() -> dict[int, int]:
-    """Resident bytes of each running Spark Python worker (``pyspark.daemon`` and its forks)."""
-    found: dict[int, int] = {}
+#: What a warm server and the processes it forks show as their command line
+#: (``flamestream.warm_start``: Spark's daemons and their workers are forked from it).
+WARM_SERVER = b"flamestream.warm_start"
+
+
+def _processes() -> dict[int, tuple[int, list[bytes], int]]:
+    """Every process: pid -> (parent pid, command line, resident bytes)."""
+    found = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if int(pid) == os.getpid() or b"pyspark.daemon" not in command:
-                continue
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    found[int(pid)] = int(line.split()[1]) * 1024
-        except (OSError, ValueError):  # the process ended meanwhile
+            status = Path(f"/proc/{pid}/status").read_text().splitlines()
+            fields = dict(line.split(":", 1) for line in status if ":" in line)
+            rss = int(fields.get("VmRSS", "0 kB").split()[0]) * 1024
+            found[int(pid)] = (int(fields["PPid"]), command, rss)
+        except (OSError, ValueError, KeyError):  # the process ended meanwhile
             continue
     return found
+
+
+def python_workers() -> tuple[dict[int, int], int]:
+    """Resident bytes of each Spark Python worker, and of the warm servers together.
+
+    Workers: ``pyspark.daemon`` and its forks, started cold or, with warm starts, forked from
+    the JVM's warm server (whose command line they show); the processes Spark started for
+    them (the launchers, ``flamestream-python -m pyspark.daemon``) count too. The servers
+    (a warm process whose parent is not one) are reported apart.
+    """
+    processes = _processes()
+    warm = {pid for pid, (_, command, _) in processes.items() if WARM_SERVER in command}
+    workers, servers = {}, 0
+    for pid, (parent, command, rss) in processes.items():
+        if pid == os.getpid():
+            continue
+        if pid in warm and parent not in warm:
+            servers += rss
+        elif pid in warm or b"pyspark.daemon" in command:
+            workers[pid] = rss
+    return workers, servers
 
 
 class Peaks:
     """Samples the workers' memory in a thread until stopped; keeps the peaks."""
 
     def __init__(self) -> None:
-        self.one = self.all = 0
+        self.one = self.all = self.servers = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
@@ -66,9 +91,11 @@ class Peaks:
 
     def _sample(self) -> None:
         while not self._stop.is_set():
-            sizes = list(python_workers().values())
+            workers, servers = python_workers()
+            sizes = list(workers.values())
             if sizes:
                 self.one, self.all = max(self.one, max(sizes)), max(self.all, sum(sizes))
+            self.servers = max(self.servers, servers)
             self._stop.wait(0.1)
 
 
@@ -90,6 +117,7 @@ def child(release: str, source: Path, work: Path, timeout: float) -> dict[str, A
         "batches_with_rows": batches,
         "peak_one_worker_gib": round(peaks.one / GIB, 3),
         "peak_all_workers_gib": round(peaks.all / GIB, 3),
+        "peak_warm_servers_gib": round(peaks.servers / GIB, 3),
     }
 
 
@@ -111,7 +139,7 @@ def one_run(release: str, source: Path, work: Path, timeout: float) -> dict[str,
 
 def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians over a release's runs."""
-    keys = ("seconds", "peak_one_worker_gib", "peak_all_workers_gib")
+    keys = ("seconds", "peak_one_worker_gib", "peak_all_workers_gib", "peak_warm_servers_gib")
     return {f"{key}_median": median([run[key] for run in runs]) for key in keys}
 
 
