@@ -83,7 +83,8 @@ KEYED_ENV = (
     "LANG",
     "TZ",
 )
-#: What a server imports before it forks: pyspark's worker modules, pyarrow, the connector.
+#: What a server imports before it forks: pyspark's worker modules, pyarrow, the connector
+#: (and every front and sink module ``pyspark_flamestream`` names, see :func:`_preloaded`).
 #: Best effort: a module that fails to import is left to the child.
 PRELOAD = (
     "pyspark.worker",
@@ -94,11 +95,7 @@ PRELOAD = (
     "pyspark.sql.worker.python_streaming_sink_runner",
     "pyspark.sql.streaming.python_streaming_source_runner",
     "pyarrow.compute",
-    "pyspark_flamestream.fronts.files",
-    "pyspark_flamestream.fronts.generator",
-    "pyspark_flamestream.fronts.kafka",
-    "pyspark_flamestream.sinks.files",
-    "pyspark_flamestream.sinks.kafka",
+    "pyspark_flamestream",
     "flamestream.spark.exec.keyed",
     "flamestream.spark.exec.summed",
     "flamestream.spark.exec.front_stage",
@@ -357,7 +354,7 @@ def serve(base: str, jvm_pid: int) -> None:
         return  # the JVM is already gone
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is the JVM's to handle
     _sweep(os.path.dirname(base))
-    for module in PRELOAD:
+    for module in _preloaded():
         try:
             importlib.import_module(module)
         except Exception as exc:
@@ -372,6 +369,15 @@ def serve(base: str, jvm_pid: int) -> None:
             path = base + suffix
             if suffix == ".lock" or os.path.getsize(path) == 0:
                 os.unlink(path)
+
+
+def _preloaded() -> list[str]:
+    """:data:`PRELOAD`, then the front and sink modules of ``pyspark_flamestream``."""
+    try:
+        from pyspark_flamestream import connector_modules
+    except Exception:  # the preload reports what fails; a child imports it or says why not
+        return list(PRELOAD)
+    return [*PRELOAD, *connector_modules()]
 
 
 def _take(lock: int) -> bool:

@@ -53,6 +53,11 @@ _SINKS = {
 }
 
 
+def connector_modules() -> list[str]:
+    """Every front's and sink's module (what a warm server imports ahead of queries)."""
+    return [module for module, _ in (*_FRONTS.values(), *_SINKS.values())]
+
+
 def _kind(kinds: Mapping[str, tuple[str, str]], kind: str) -> Callable[[OptionReader], Any]:
     """The class of ``kind`` (a front or a sink), its module imported now."""
     module, name = kinds[kind]
