@@ -81,29 +81,34 @@ def test_a_query_s_source_runner_runs_in_a_warm_child(spark: SparkSession, tmp_p
         assert "libarrow" not in maps, f"runner {pid} loaded pyarrow itself: it started cold"
 
 
-def _freeze_count(_: object) -> list[int]:
+def _setup_effects(_: object) -> list[object]:
     import gc
 
-    from flamestream.spark.exec.gc_pause import freeze_worker
+    import pyarrow as pa
 
-    before = gc.get_freeze_count()
-    freeze_worker()
-    freeze_worker()  # once per worker: the second call changes nothing
-    return [before, gc.get_freeze_count()]
+    from flamestream.spark.exec.worker_setup import setup_worker
+
+    before = (gc.get_freeze_count(), pa.default_memory_pool().backend_name)
+    setup_worker()
+    setup_worker()  # once per worker: the second call changes nothing
+    return [*before, gc.get_freeze_count(), pa.default_memory_pool().backend_name]
 
 
-def test_a_worker_freezes_what_it_holds_at_its_first_task_and_a_driver_never(
-    spark: SparkSession,
-):
-    """In a Spark task, ``freeze_worker`` moves the worker's objects (modules, pyspark) out
-    of the collector's way; outside a task (here: the test's own process) it does nothing."""
+def test_a_worker_sets_up_at_its_first_task_and_a_driver_never(spark: SparkSession):
+    """In a Spark task, ``setup_worker`` moves the worker's objects (modules, pyspark) out of
+    the collector's way and makes jemalloc Arrow's pool; outside a task (here: the test's
+    own process) it does nothing."""
     import gc
 
-    from flamestream.spark.exec.gc_pause import freeze_worker
+    import pyarrow as pa
 
-    counts = spark.sparkContext.parallelize([0], 1).mapPartitions(_freeze_count).collect()
-    before, after = counts
-    assert after > max(before, 10_000)  # pyspark and flamestream alone are ~100,000 objects
-    here = gc.get_freeze_count()
-    freeze_worker()
-    assert gc.get_freeze_count() == here
+    from flamestream.spark.exec.worker_setup import setup_worker
+
+    assert "ARROW_DEFAULT_MEMORY_POOL" not in os.environ  # else the user's pool is kept
+    effects = spark.sparkContext.parallelize([0], 1).mapPartitions(_setup_effects).collect()
+    frozen_before, _, frozen_after, pool_after = effects
+    assert frozen_after > max(frozen_before, 10_000)  # pyspark and flamestream: ~100,000
+    assert pool_after == "jemalloc"
+    here = (gc.get_freeze_count(), pa.default_memory_pool().backend_name)
+    setup_worker()
+    assert (gc.get_freeze_count(), pa.default_memory_pool().backend_name) == here

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -258,3 +259,29 @@ def test_invalidate_caches_reads_an_unchanged_zip_once_and_a_changed_one_again(t
     assert int(importers) >= 3  # the zip, pkg/ and pkg/sub/: one importer each
     assert (int(first), int(again), value) == (1, 0, "added")
     assert int(after_change) == 1
+
+
+_POOL_PROBE = """
+import pyarrow as pa
+from flamestream.spark.exec.worker_setup import setup_worker, use_jemalloc
+setup_worker()  # not in a Spark task: nothing changes
+print(pa.default_memory_pool().backend_name, use_jemalloc(), pa.default_memory_pool().backend_name)
+"""
+
+
+@pytest.mark.parametrize(
+    ("chosen", "expected"),
+    [(None, "mimalloc True jemalloc"), ("system", "system False system")],
+)
+def test_workers_allocate_with_jemalloc_unless_the_user_chose_a_pool(
+    chosen: str | None, expected: str
+) -> None:
+    """Outside a task nothing changes; ``use_jemalloc`` switches, unless the user's variable
+    names a pool, which is kept."""
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    if chosen is not None:
+        env["ARROW_DEFAULT_MEMORY_POOL"] = chosen
+    run = subprocess.run(
+        [sys.executable, "-c", _POOL_PROBE], env=env, capture_output=True, text=True, check=True
+    )
+    assert run.stdout.split() == expected.split()

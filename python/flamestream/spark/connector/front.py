@@ -56,8 +56,8 @@ from flamestream.spark.connector.stamping import CLOCKS, clamp_times
 from flamestream.spark.control.admission import HISTORY, AdmissionController, Budget
 from flamestream.spark.durable import batch_id_of_task
 from flamestream.spark.exec.front_stage import ShippedFrontStage
-from flamestream.spark.exec.gc_pause import freeze_worker
 from flamestream.spark.exec.shipping import OPTION as STAGE_OPTION
+from flamestream.spark.exec.worker_setup import setup_worker
 
 #: Columns every front emits first, before its own payload columns.
 META_FIELDS = [
@@ -532,7 +532,7 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The range's records as Arrow batches, stamped; as item rows with a graph stage."""
-        freeze_worker()
+        setup_worker()
         rows = self._stamped(partition)
         yield from rows if self.stage is None else self.stage.read(rows)
 

@@ -45,7 +45,6 @@ from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.durable import QueryCheckpoint, batch_id_of_task
 from flamestream.spark.durable.barrier import BarrierStore, CommitOutcome, StagedPart
 from flamestream.spark.durable.state import STATE_BYTES
-from flamestream.spark.exec.gc_pause import freeze_worker
 from flamestream.spark.exec.items import (
     MAY_INVALIDATE,
     RELEASED_COLUMNS,
@@ -53,6 +52,7 @@ from flamestream.spark.exec.items import (
 )
 from flamestream.spark.exec.shipping import OPTION as STAGE_OPTION
 from flamestream.spark.exec.shipping import unship
+from flamestream.spark.exec.worker_setup import setup_worker
 
 #: ts above this (2001 in µs) come from the wall clock, not ``clock=logical``.
 WALL_CLOCK_FLOOR = 10**15
@@ -133,7 +133,7 @@ class BarrierWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
         """Stage this task's rows durably (executors)."""
-        freeze_worker()
+        setup_worker()
         context = TaskContext.get()
         assert context is not None  # write() runs in a task  # noqa: S101
         batch_id = batch_id_of_task()

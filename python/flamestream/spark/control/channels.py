@@ -23,7 +23,7 @@ from flamestream.spark.durable import (
 )
 from flamestream.spark.durable.loop import KEEP_BATCHES, AckTable, LoopStore
 from flamestream.spark.durable.slots import SlotLoads
-from flamestream.spark.exec.gc_pause import freeze_worker
+from flamestream.spark.exec.worker_setup import setup_worker
 
 #: Version of the loop channel's offset.
 LOOP_OFFSET_VERSION = 1
@@ -76,7 +76,7 @@ class LoopReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The loop file's items; their receipt goes into the ack table."""
-        freeze_worker()
+        setup_worker()
         part: LoopRange = partition.value
         batch_id = batch_id_of_task()
         table = LoopStore(self.state_url).receive(batch_id, part.path)
@@ -126,7 +126,7 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Never called (no partitions)."""
-        freeze_worker()
+        setup_worker()
         return iter(())
 
     def commit(self, end: dict[str, Any]) -> None:

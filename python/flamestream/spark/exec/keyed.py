@@ -40,7 +40,7 @@ from flamestream.spark.durable import (
 )
 from flamestream.spark.durable.loop import LoopStore
 from flamestream.spark.exec.fastpath import Leaving, MapReduceCycle
-from flamestream.spark.exec.gc_pause import freeze_worker, gc_paused
+from flamestream.spark.exec.gc_pause import gc_paused
 from flamestream.spark.exec.items import (
     MAY_INVALIDATE,
     TOMBSTONE,
@@ -53,6 +53,7 @@ from flamestream.spark.exec.partitioning import KEY_PARTITION
 from flamestream.spark.exec.routing import LoopRouter, LoopSpec
 from flamestream.spark.exec.stateless import Exits, Handed, render_default
 from flamestream.spark.exec.summed import SummedCycle
+from flamestream.spark.exec.worker_setup import setup_worker
 from flamestream.spark.plan.stages import Stage
 
 #: The item row columns a keyed stage reads (``key`` only routed the shuffle, ``value`` is
@@ -133,7 +134,7 @@ class KeyedRunner:
         The cyclic garbage collector is paused meanwhile (see :mod:`.gc_pause`): the state
         holds every item of the batch, and the collector kept re-scanning them.
         """
-        freeze_worker()
+        setup_worker()
         with gc_paused():
             yield from self._partition(batches)
 

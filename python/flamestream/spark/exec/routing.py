@@ -21,7 +21,6 @@ from flamestream.spark.durable import (
     batch_id_of_task,
 )
 from flamestream.spark.durable.loop import LoopStore
-from flamestream.spark.exec.gc_pause import freeze_worker
 from flamestream.spark.exec.items import (
     ITEM_SCHEMA,
     MAY_INVALIDATE,
@@ -34,6 +33,7 @@ from flamestream.spark.exec.partitioning import (
     partition_of,
     salts,
 )
+from flamestream.spark.exec.worker_setup import setup_worker
 
 
 class LoopRouter:
@@ -162,7 +162,7 @@ class LoopWriter:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Write the task's rows; yield none."""
-        freeze_worker()
+        setup_worker()
         rows = [batch for batch in batches if batch.num_rows]
         batch_id = batch_id_of_task()
         if rows and batch_id >= 0:
@@ -195,7 +195,7 @@ class Router:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Each batch with ``route`` appended."""
-        freeze_worker()
+        setup_worker()
         layout = read_layout(self.checkpoint, batch_id_of_task(), self.partitions)
         for batch in batches:
             route = route_rows(layout, batch.column("key"))

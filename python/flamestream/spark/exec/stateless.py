@@ -40,7 +40,7 @@ from flamestream.model import GlobalTime, LocalTime
 from flamestream.runtime.grouping import is_hashable
 from flamestream.spark.exec.columnar import CountedText
 from flamestream.spark.exec.combine import Items, combined, rows_in_meta_order
-from flamestream.spark.exec.gc_pause import freeze_worker, gc_paused
+from flamestream.spark.exec.gc_pause import gc_paused
 from flamestream.spark.exec.items import (
     ITEM_SCHEMA,
     MAPPED_TAG,
@@ -53,6 +53,7 @@ from flamestream.spark.exec.items import (
     encode_trace,
 )
 from flamestream.spark.exec.rendered import ReducedColumns, RenderedTail
+from flamestream.spark.exec.worker_setup import setup_worker
 from flamestream.spark.plan.stages import Stage
 
 #: Payloads a keyed stage hands its tails: objects by row, or a sum's as columns.
@@ -103,7 +104,7 @@ class StageRunner:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """``mapInArrow``'s function."""
-        freeze_worker()
+        setup_worker()
         for batch in batches:
             if batch.num_rows:
                 yield self.run(batch)
