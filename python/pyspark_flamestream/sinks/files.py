@@ -116,10 +116,17 @@ class FilesOutput(SinkOutput):
     def _write(self, fs: Any, path: str, rows: pa.Table) -> None:
         with fs.open(path, "wb") as out:
             if self.format == "parquet":
-                pq.write_table(rows, out)
+                repeating = [name for name in DICTIONARY_COLUMNS if name in rows.column_names]
+                pq.write_table(rows, out, use_dictionary=repeating)
             else:
                 _write_json_lines(out, rows)
 
+
+#: Parquet columns worth a dictionary: their values repeat (a source per file, a sink per
+#: query). Tried on the others too (traces, rendered values), Parquet's dictionary only
+#: filled up and fell back: word count's 3 M released rows wrote in 0.69-0.76 s with it
+#: everywhere, 0.54 s so, and 4 MB smaller than with none.
+DICTIONARY_COLUMNS = ("source", "sink")
 
 #: Rows rendered at a time when writing JSON lines (bounds the memory a release needs).
 JSON_SLICE = 1 << 16
