@@ -14,10 +14,12 @@ from collections import deque
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flamestream import Dataflow
+from flamestream.errors import StepError
 from flamestream.graph.dataflow import Stream
 from flamestream.graph.steps import Sink
 from flamestream.model import DataItem, GlobalTime, Meta
@@ -312,3 +314,60 @@ def test_pairs_path_sends_what_the_general_path_sends(
         patch.setattr(stateless, "rows_in_meta_order", lambda metas: False)
         general = outcome()
     assert fast == general
+
+
+class _FailsAt:
+    """A map function that raises at its ``at``-th call and counts every call."""
+
+    def __init__(self, at: int) -> None:
+        self.at, self.calls = at, 0
+
+    def __call__(self, payload: str) -> str:
+        self.calls += 1
+        if self.calls == self.at + 1:
+            raise ValueError(f"bad {payload}")
+        return payload
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    flags=st.lists(st.sampled_from([0, 0, 0, MAY_INVALIDATE, TOMBSTONE]), min_size=1, max_size=12),
+    data=st.data(),
+)
+def test_a_raising_function_names_its_record_and_runs_once_per_item(
+    flags: list[int], data: Any
+) -> None:
+    """The stage stops at the first payload whose call raises, names that record (global
+    time, source, position), and calls the function on no payload twice (a function may
+    have effects, and a second run may not fail where the first did)."""
+    plain = [n for n, flag in enumerate(flags) if not flag & TOMBSTONE]
+    if not plain:
+        return
+    failing = data.draw(st.sampled_from(plain))
+    fn = _FailsAt(plain.index(failing))
+    flow = Dataflow("fails")
+    flow.sink("out", flow.map("m", flow.source("lines"), fn))
+    graph = flow.build()
+    (stage,) = stages = plan_stages(graph)
+    runner = StageRunner(graph, stage, keyed_entries(graph, stages))
+    rows = [
+        {
+            "ts": 10 + n,
+            "front": 0,
+            "trace": b"",
+            "flags": flag,
+            "source": "in.txt",
+            "position": 100 + n,
+            "to": graph.consumer("lines"),
+            "key": None,
+            "payload": None if flag & TOMBSTONE else encode_payload(f"p{n}"),
+            "value": None,
+        }
+        for n, flag in enumerate(flags)
+    ]
+    with pytest.raises(StepError, match=f"bad p{failing}") as caught:
+        runner.run(pa.RecordBatch.from_pylist(rows, schema=ITEM_SCHEMA))
+    error = caught.value
+    assert (error.step_id, error.global_time) == ("m", GlobalTime(10 + failing, 0))
+    assert error.determinant == ("in.txt", 100 + failing)
+    assert fn.calls == plain.index(failing) + 1

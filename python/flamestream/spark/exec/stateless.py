@@ -244,16 +244,15 @@ class StageRunner:
         A raising user function fails the task with :class:`StepError` naming the step, the
         item's global time and its determinant (the front record it descends from).
         """
-        if not any(items.flags):  # no tombstones: one C-level map over the payloads
-            try:
-                return list(map(fn, items.payloads))
-            except Exception:  # noqa: S110 - the loop below finds and names the item
-                pass
         results: list[Any] = []
-        append = results.append
         try:
-            for payload, flag in zip(items.payloads, items.flags, strict=True):
-                append(fn(payload) if not flag & TOMBSTONE else _tombstone_result(step))
+            if not any(items.flags):  # no tombstones: one C-level map over the payloads
+                # (extend keeps what came before a raising call: its count names the item)
+                results.extend(map(fn, items.payloads))
+            else:
+                append = results.append
+                for payload, flag in zip(items.payloads, items.flags, strict=True):
+                    append(fn(payload) if not flag & TOMBSTONE else _tombstone_result(step))
         except Exception as exc:  # a user function failed: name the step and the record
             row = items.rows[len(results)]
             raise StepError(
