@@ -46,7 +46,7 @@ class Schedule:
 
 def arguments(argv: list[str] | None) -> argparse.Namespace:
     """The step, the budget, the variants and the probes."""
-    parser = cli.step_parser(__doc__, "rows/s before the step", VARIANTS, [2000, 20000])
+    parser = cli.step_parser(__doc__, "rows/s before the step", VARIANTS, [20000, 200000])
     cli.flag(parser, "--factor", 10.0, "the step: rate x factor")
     cli.flag(parser, "--fixed", [0.25, 1.0, 4.0], "fixed limits, x the steady batch", nargs="*")
     cli.flag(parser, "--release", "tasks", choices=["tasks", "commit"])
