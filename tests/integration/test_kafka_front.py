@@ -12,9 +12,12 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
+from kafka.admin import NewPartitions
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from flamestream.errors import ConfigError, RecordError
+from flamestream.spark.connector.front import FrontReader, ReaderConfig
 from flamestream.spark.connector.offsets import FrontRange
 from flamestream.spark.connector.options import OptionReader
 from flamestream.testing.kafka import KafkaBroker
@@ -333,7 +336,7 @@ def test_read_range_is_deterministic_across_transaction_gaps(
         "plain-p1-2", "plain-p1-3", "committed-1", "committed-4"
     ]  # fmt: skip
     assert set(first.column("partition").to_pylist()) == {1}
-    assert made.start_position(key, 12) == 0
+    assert made.start_position(key, 12, at_query_start=True) == 0
 
 
 def test_read_range_batches_are_at_most_one_chunk(kafka_broker: KafkaBroker, kafka_topic: str):
@@ -359,14 +362,57 @@ def test_read_range_past_the_log_raises_naming_partition_and_offset(
     assert time.monotonic() - started < 10
 
 
-def test_latest_starts_new_partitions_at_their_end(kafka_broker: KafkaBroker, kafka_topic: str):
+def test_latest_starts_the_first_batch_s_partitions_at_their_end_and_later_ones_at_earliest(
+    kafka_broker: KafkaBroker, kafka_topic: str
+):
     produce(kafka_broker, kafka_topic, records("x", 3))
     made = source(kafka_broker, kafka_topic, startingOffsets="latest")
     try:
         ends = made.discover({})
-        assert all(made.start_position(k, v) == v == 3 for k, v in ends.items())
+        assert all(
+            made.start_position(k, v, at_query_start=True) == v == 3 for k, v in ends.items()
+        )
+        assert all(made.start_position(k, v, at_query_start=False) == 0 for k, v in ends.items())
     finally:
         made.close()
+
+
+def test_latest_reads_a_partition_added_while_the_query_runs_from_its_start(
+    kafka_broker: KafkaBroker, kafka_topic: str
+):
+    """Planned through the front's reader: records before the query's first batch are not
+    read; a partition added later is read whole, records written before any planning saw it
+    included (Spark's own source does the same)."""
+    produce(kafka_broker, kafka_topic, records("before", 3))  # 3 per partition, never read
+    front = FrontReader(source(kafka_broker, kafka_topic, startingOffsets="latest"), ReaderConfig())
+    try:
+        first = front.latestOffset(front.initialOffset(), ReadAllAvailable())
+        assert front.partitions(front.initialOffset(), first) == []  # started at the end
+        produce(kafka_broker, kafka_topic, [(0, None, b"after")])
+        admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap_servers)
+        try:
+            admin.create_partitions({kafka_topic: NewPartitions(total_count=4)})
+        finally:
+            admin.close()
+        produce(kafka_broker, kafka_topic, [(3, None, b"new-%d" % i) for i in range(3)])
+        deadline, end = time.monotonic() + 60, first
+        while time.monotonic() < deadline:  # planning sees new partitions within a second
+            end = front.latestOffset(first, ReadAllAvailable())
+            if any(p.value.key == f"{kafka_topic}-3" for p in front.partitions(first, end)):
+                break
+            time.sleep(0.2)
+        got = sorted(
+            (part.value.key, value.decode())
+            for part in front.partitions(first, end)
+            for batch in front.source.read_range(part.value)
+            for value in batch.column("value").to_pylist()
+        )
+    finally:
+        front.stop()
+    assert got == [
+        (f"{kafka_topic}-0", "after"),
+        *[(f"{kafka_topic}-3", f"new-{i}") for i in range(3)],
+    ]
 
 
 def test_config_error_is_raised_without_spark(kafka_broker: KafkaBroker):
@@ -386,7 +432,7 @@ def test_deleted_records_start_later_and_fail_a_read_instead_of_being_skipped(
     made = source(kafka_broker, kafka_topic)
     key = f"{kafka_topic}-0"
     try:
-        assert made.start_position(key, 5) == 3  # earliest is the log start offset
+        assert made.start_position(key, 5, at_query_start=True) == 3  # the log start offset
         assert read(made, FrontRange(key, 0, 3, 5, 0)).column("position").to_pylist() == [3, 4]
         with pytest.raises(RecordError, match=rf"\('{key}', 0\).*no longer in the log"):
             list(made.read_range(FrontRange(key, 0, 0, 5, 0)))

@@ -225,15 +225,18 @@ class KafkaSource(FrontSource):
             raise KafkaFrontError(msg) from exc
         return {self._key(tp): int(ends[tp]) for tp in partitions}
 
-    def start_position(self, key: str, available: int) -> int:
-        """``latest``: the end offset when first seen; ``earliest``: the log start offset.
+    def start_position(self, key: str, available: int, *, at_query_start: bool) -> int:
+        """The log start offset; with ``latest``, the end offset for the query's first batch.
 
-        The reader stores what this returns in the offset of the batch that first sees the
-        partition (a batch is planned even if no partition has records yet), so a restart
-        resumes from there and never skips. With ``latest`` the reader calls this with the
-        end it planned for that batch, which is the start, so the first range is empty.
+        A partition added while the query runs starts at its log start offset whatever
+        ``startingOffsets`` says, as in Spark's own source: its records written before a
+        planning saw it are read, not skipped. The reader stores what this returns in the
+        offset of the batch that first sees the partition (a batch is planned even if no
+        partition has records yet), so a restart resumes from there and never skips. With
+        ``latest`` the reader calls this with the end it planned for that batch, which is
+        the start, so the first range is empty.
         """
-        if self.starting == "latest":
+        if self.starting == "latest" and at_query_start:
             return available
         if key not in self._starts:
             try:

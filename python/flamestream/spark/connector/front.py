@@ -107,8 +107,14 @@ class FrontSource:
         new = min(end, start + records)
         return new, new - start
 
-    def start_position(self, key: str, available: int) -> int:
-        """Where a newly discovered source starts (earliest by default)."""
+    def start_position(self, key: str, available: int, *, at_query_start: bool) -> int:
+        """Where a newly discovered source starts (earliest by default).
+
+        ``available``: its end when discovered. ``at_query_start``: the query's first batch
+        finds it. A start at the end (Kafka's ``startingOffsets=latest``) is for those only:
+        a source added while the query runs starts at its earliest, or the records written
+        to it before a planning saw it would be skipped.
+        """
         return 0
 
     def finished(self, key: str, position: int) -> bool:
@@ -248,10 +254,11 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._watch(discovered)
         available = self._within_target(discovered, positions)
         fronts = self._assign_ids(begin, available)
+        at_query_start = not begin.fronts  # no source found before: the query's first batch
         starts = {
             f.key: positions[f.key]
             if f.key in positions
-            else self.source.start_position(f.key, available[f.key])
+            else self.source.start_position(f.key, available[f.key], at_query_start=at_query_start)
             for f in fronts
         }
         ends = {f.key: max(starts[f.key], available.get(f.key, 0)) for f in fronts}
@@ -507,8 +514,9 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 first = known.position
             elif f.key in first_seen:
                 first = first_seen[f.key]
-            else:  # a version 1 offset did not record where new fronts started
-                first = self.source.start_position(f.key, f.position)
+            else:  # a version 1 offset did not record where new fronts started; its
+                # planning started every new source as a query's start does (replays agree)
+                first = self.source.start_position(f.key, f.position, at_query_start=True)
             if f.position <= first:
                 continue
             if finish.version == 1:
