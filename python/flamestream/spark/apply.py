@@ -283,7 +283,9 @@ class SparkGraph:
         index = self.plan.in_front
         stage = next((s for s in self.stages if s.index == index), self._keying())
         runner = self._runner(stage, named=False)
-        return FrontStage(runner, self.graph.consumer(self.source), payload)
+        # packed rows meet no Router or control rows: never with an elastic layout
+        packs = self.plan.packed_into() is not None and self.elastic is None
+        return FrontStage(runner, self.graph.consumer(self.source), payload, packs)
 
     def _keying(self) -> Stage:
         """A stage without steps whose pass keys the source's rows for the first grouping."""

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from flamestream.errors import ConfigError
 from flamestream.spark.exec.items import BYTES_TAG, ITEM_SCHEMA, TEXT_TAG
+from flamestream.spark.exec.packed import pack
 from flamestream.spark.exec.shipping import ship, unship
 
 #: A combining stage runs over this many front rows of a read task at once, at most ...
@@ -33,13 +34,15 @@ class FrontStage:
 
     ``runner`` is the stage's ``StageRunner`` (runs on executors, in the front's read task;
     its functions must be deterministic, as every step's are). ``entry`` is the step the
-    source feeds, ``payload`` the front column that carries the payload.
+    source feeds, ``payload`` the front column that carries the payload. ``packs``: the rows
+    leave packed (:mod:`.packed`; planned by ``ExecutionPlan.packed_into``).
     """
 
-    def __init__(self, runner: Any, entry: str, payload: str) -> None:
+    def __init__(self, runner: Any, entry: str, payload: str, packs: bool = False) -> None:
         self.runner = runner
         self.entry = entry
         self.payload = payload
+        self.packs = packs
 
     def items(self, rows: pa.RecordBatch) -> pa.RecordBatch:
         """The item rows leaving the stage for a batch of front rows (may be empty)."""
@@ -48,13 +51,14 @@ class FrontStage:
     def read(self, blocks: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """The item rows leaving the stage for a read task's blocks of front rows.
 
-        A stage that combines per key before the shuffle (``release="latest"``) runs over up
-        to :data:`COMBINE_ROWS` rows (or :data:`COMBINE_BYTES` bytes) of blocks at once, not
-        block by block: a key then leaves the task once per run instead of once per read
-        block, and the keyed stage gets that many fewer rows. The blocks come in meta order,
-        so the rows run together are too. Other stages run block by block.
+        A stage that combines per key before the shuffle (``release="latest"``), or whose
+        rows leave packed, runs over up to :data:`COMBINE_ROWS` rows (or
+        :data:`COMBINE_BYTES` bytes) of blocks at once, not block by block: a key (a packed
+        item) then leaves the task once per run instead of once per read block, and the
+        shuffle carries that many fewer rows. The blocks come in meta order, so the rows run
+        together are too. Other stages run block by block.
         """
-        if not self.runner.precombine:
+        if not (self.runner.precombine or self.packs):
             for block in blocks:
                 yield from self._combined([block])
             return
@@ -73,7 +77,7 @@ class FrontStage:
         if blocks:
             items = self.items(blocks[0] if len(blocks) == 1 else pa.concat_batches(blocks))
             if items.num_rows:
-                yield items
+                yield pack(items) if self.packs else items
 
     def _entering(self, rows: pa.RecordBatch) -> pa.RecordBatch:
         """Front rows as items entering the graph: empty trace, tagged payload, no flags."""
@@ -122,6 +126,7 @@ class ShippedFrontStage:
         self.value = value
         self._stage: FrontStage | None = FrontStage.decode(value)
         self.payload = self._stage.payload  #: known without unpacking, for ``check``
+        self.packs = self._stage.packs  #: known without unpacking, for the schema
 
     @property
     def stage(self) -> FrontStage:
@@ -146,4 +151,4 @@ class ShippedFrontStage:
 
     def __getstate__(self) -> dict[str, Any]:
         """The option value and the payload column, not the unpacked stage."""
-        return {"value": self.value, "payload": self.payload, "_stage": None}
+        return {"value": self.value, "payload": self.payload, "packs": self.packs, "_stage": None}

@@ -49,6 +49,7 @@ from flamestream.spark.exec.items import (
     sorted_by_meta,
 )
 from flamestream.spark.exec.keyed_state import TaskLocal, state_io
+from flamestream.spark.exec.packed import is_packed, unpack
 from flamestream.spark.exec.partitioning import KEY_PARTITION
 from flamestream.spark.exec.routing import LoopRouter, LoopSpec
 from flamestream.spark.exec.stateless import Exits, Handed, render_default
@@ -158,6 +159,8 @@ class KeyedRunner:
         tables = [b for b in batches if b.num_rows]
         if not tables:
             return
+        if is_packed(tables[0].schema):  # the fronts' rows, packed for the shuffle
+            tables = unpack(pa.Table.from_batches(tables)).to_batches()
         # 1. the task
         partition = key_partition(tables, self.grouping.step_id)
         batch_id = batch_id_of_task()

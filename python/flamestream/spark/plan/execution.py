@@ -129,6 +129,38 @@ class ExecutionPlan:
             if self.graph.consumer(sid, port) not in inside
         ]
 
+    def packed_into(self) -> int | None:
+        """The keyed stage the fronts' rows may travel to packed (``exec.packed``), or None.
+
+        When the fronts run :attr:`in_front` in their reads and all that it sends (or, when
+        the fronts only key the rows, all the source sends) goes to one keyed stage that
+        reads nothing else, keeps its keys round its cycle (no loop channel) and combines
+        nothing before the shuffle: then no other consumer meets the packed rows.
+        """
+        if self.in_front is None:
+            return None
+        front = {sid for s in self.stages if s.index == self.in_front for sid in s.steps}
+        senders = {self.source, *front}
+        targets = {
+            self.graph.consumer(sid, port)
+            for sid in senders
+            for port in range(self.graph.step(sid).outputs)
+        } - front
+        keyed = {self.stage_of.get(target) for target in targets}
+        if len(keyed) != 1:
+            return None
+        (stage,) = keyed
+        if stage is None or stage.grouping is None or not self.key_local(stage):
+            return None
+        for entry in stage.entries:
+            if entry in self.precombine:
+                return None
+            for producer in self.graph.producers(entry):
+                inside = producer in stage.steps
+                if (producer, entry) in self.cut or not (inside or producer in senders):
+                    return None
+        return stage.index
+
     def where(self, step_id: str) -> str:
         """``stage N`` for a step, ``sink S`` for a sink."""
         stage = self.stage_of.get(step_id)
@@ -144,6 +176,9 @@ class ExecutionPlan:
             lines.append(f"  fronts given as readers: stage {self.in_front} runs in their reads")
         elif self.in_front == 0:
             lines.append("  fronts given as readers: they key the rows for the shuffle")
+        packed = self.packed_into()
+        if packed is not None:
+            lines.append(f"  their rows travel packed to stage {packed} (one per distinct item)")
         if self.in_sink is not None:
             lines.append(f"  write_stream: stage {self.in_sink} runs in the sink's write tasks")
         lines.append(
