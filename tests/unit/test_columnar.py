@@ -193,11 +193,11 @@ def test_the_columnar_count_sends_what_the_general_path_sends(
     blocks=st.lists(st.lists(ASCII_TEXT | TEXT, min_size=1, max_size=6), min_size=1, max_size=5),
     latest=st.booleans(),
 )
-def test_a_combining_or_packing_first_stage_runs_over_a_read_tasks_blocks_at_once(
+def test_a_combining_first_stage_runs_over_a_read_tasks_blocks_at_once(
     blocks: list[list[str]], latest: bool
 ):
-    """In a front's read task, a stage that combines (latest) or packs its rows (every)
-    runs once over the task's blocks: the rows of one run over them all."""
+    """In a front's read task, a stage that combines (latest) runs once over the task's
+    blocks: the rows of one run over them all. Other stages run block by block."""
     from flamestream.spark import SparkGraph
 
     graph = SparkGraph(_counting(True, "count"), release="latest" if latest else "every")
@@ -217,11 +217,13 @@ def test_a_combining_or_packing_first_stage_runs_over_a_read_tasks_blocks_at_onc
         )
         ts += len(lines)
     got = [batch.to_pylist() for batch in stage.read(iter(made))]
-    whole = stage.items(pa.concat_batches(made))
-    if not latest:  # every update: the rows leave packed for the shuffle (exec.packed)
+    if latest:
+        whole = stage.items(pa.concat_batches(made))
+        assert got == ([whole.to_pylist()] if whole.num_rows else [])
+    else:  # block by block, each block's rows packed for the shuffle (exec.packed)
         assert stage.packs
-        whole = pack(whole)
-    assert got == ([whole.to_pylist()] if whole.num_rows else [])
+        each = [stage.items(block) for block in made]
+        assert got == [pack(rows).to_pylist() for rows in each if rows.num_rows]
 
 
 #: Counts of a word in a batch: each pickled width (BININT1, BININT2, BININT) and its edges.

@@ -51,14 +51,15 @@ class FrontStage:
     def read(self, blocks: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """The item rows leaving the stage for a read task's blocks of front rows.
 
-        A stage that combines per key before the shuffle (``release="latest"``), or whose
-        rows leave packed, runs over up to :data:`COMBINE_ROWS` rows (or
-        :data:`COMBINE_BYTES` bytes) of blocks at once, not block by block: a key (a packed
-        item) then leaves the task once per run instead of once per read block, and the
-        shuffle carries that many fewer rows. The blocks come in meta order, so the rows run
-        together are too. Other stages run block by block.
+        A stage that combines per key before the shuffle (``release="latest"``) runs over up
+        to :data:`COMBINE_ROWS` rows (or :data:`COMBINE_BYTES` bytes) of blocks at once, not
+        block by block: a key then leaves the task once per run instead of once per read
+        block, and the keyed stage gets that many fewer rows. The blocks come in meta order,
+        so the rows run together are too. Other stages run block by block (a packing one
+        too: packed over a whole read task, word count's rows were a third as many, but its
+        biggest worker peaked at 1.03 instead of 0.89 GiB, and the run took no less time).
         """
-        if not (self.runner.precombine or self.packs):
+        if not self.runner.precombine:
             for block in blocks:
                 yield from self._combined([block])
             return

@@ -159,8 +159,10 @@ class KeyedRunner:
         tables = [b for b in batches if b.num_rows]
         if not tables:
             return
-        if is_packed(tables[0].schema):  # the fronts' rows, packed for the shuffle
-            tables = unpack(pa.Table.from_batches(tables)).to_batches()
+        if is_packed(tables[0].schema):  # the fronts' rows, packed for the shuffle: unpacked
+            packed, tables = tables, []  # batch by batch, each freed once unpacked
+            while packed:
+                tables.append(unpack(packed.pop()))
         # 1. the task
         partition = key_partition(tables, self.grouping.step_id)
         batch_id = batch_id_of_task()

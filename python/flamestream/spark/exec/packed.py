@@ -57,20 +57,18 @@ def pack(rows: pa.RecordBatch) -> pa.RecordBatch:
     return pa.Table.from_arrays(columns, schema=PACKED_SCHEMA).combine_chunks().to_batches()[0]
 
 
-def unpack(rows: pa.Table) -> pa.Table:
+def unpack(rows: pa.RecordBatch) -> pa.RecordBatch:
     """Packed ``rows`` as the item rows they hold (occurrences of a row next to each other).
 
     Columns besides the item's (the key partition Spark SQL adds) are repeated likewise.
     """
-    owners = pc.list_parent_indices(rows.column("ts").combine_chunks())
-    names = rows.column_names
+    owners = pc.list_parent_indices(rows.column("ts"))
+    names = rows.schema.names
     arrays = [
-        pc.list_flatten(rows.column(name).combine_chunks())
-        if name in OCCURRENCE_COLUMNS
-        else rows.column(name).combine_chunks().take(owners)
-        for name in names
+        pc.list_flatten(column) if name in OCCURRENCE_COLUMNS else column.take(owners)
+        for name, column in zip(names, rows.columns, strict=True)
     ]
-    return pa.Table.from_arrays(arrays, names=names)
+    return pa.RecordBatch.from_arrays(arrays, names=names)
 
 
 def _empty() -> pa.RecordBatch:
