@@ -101,5 +101,7 @@ def test_the_plan_packs_only_what_goes_to_one_keyed_stage_and_nothing_else() -> 
     assert plan_execution(_graph(), release="latest").packed_into() is None
     # the fronts' stage feeds a sink as well: its rows must stay item rows
     assert plan_execution(_graph(sink_too=True), release="every").packed_into() is None
+    # an elastic layout routes the rows before the shuffle (a pass that reads item rows)
+    assert plan_execution(_graph(), release="every", elastic=True).packed_into() is None
     # the fronts run nothing: their rows are front rows
     assert plan_execution(_graph(), release="every", fusion=False).packed_into() is None

@@ -89,12 +89,14 @@ class SparkGraph:
         elastic: bool | ElasticPolicy = False,
     ) -> None:
         graph = flow.build() if isinstance(flow, Dataflow) else flow
-        self.plan = plan_execution(graph, fusion=fusion, release=release)
+        self.elastic = ElasticPolicy() if elastic is True else (elastic or None)
+        self.plan = plan_execution(
+            graph, fusion=fusion, release=release, elastic=self.elastic is not None
+        )
         self.graph = graph
         self.fusion = fusion
         self.render = render
         self.partitions = partitions
-        self.elastic = ElasticPolicy() if elastic is True else (elastic or None)
         self.release = release
 
     # what the plan decided, under the names the wiring below uses
@@ -283,8 +285,7 @@ class SparkGraph:
         index = self.plan.in_front
         stage = next((s for s in self.stages if s.index == index), self._keying())
         runner = self._runner(stage, named=False)
-        # packed rows meet no Router or control rows: never with an elastic layout
-        packs = self.plan.packed_into() is not None and self.elastic is None
+        packs = self.plan.packed_into() is not None
         return FrontStage(runner, self.graph.consumer(self.source), payload, packs)
 
     def _keying(self) -> Stage:

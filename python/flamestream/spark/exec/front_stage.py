@@ -151,5 +151,5 @@ class ShippedFrontStage:
         return self.stage.read(blocks)
 
     def __getstate__(self) -> dict[str, Any]:
-        """The option value and the payload column, not the unpacked stage."""
+        """The option value, the payload column and whether it packs; not the stage."""
         return {"value": self.value, "payload": self.payload, "packs": self.packs, "_stage": None}

@@ -64,6 +64,8 @@ class ExecutionPlan:
     #: the keyed stage whose work (with its tails) a barrier sink's write tasks can do, when
     #: everything it and its tails send goes to sinks (:func:`sink_work`), or None
     in_sink: int | None = None
+    #: key ranges move between partitions (a Router pass before each keyed stage's shuffle)
+    elastic: bool = False
     stage_of: Mapping[str, Stage] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -135,9 +137,10 @@ class ExecutionPlan:
         When the fronts run :attr:`in_front` in their reads and all that it sends (or, when
         the fronts only key the rows, all the source sends) goes to one keyed stage that
         reads nothing else, keeps its keys round its cycle (no loop channel) and combines
-        nothing before the shuffle: then no other consumer meets the packed rows.
+        nothing before the shuffle, and no elastic layout routes the rows: then no other
+        consumer meets the packed rows.
         """
-        if self.in_front is None:
+        if self.in_front is None or self.elastic:
             return None
         front = {sid for s in self.stages if s.index == self.in_front for sid in s.steps}
         senders = {self.source, *front}
@@ -245,7 +248,7 @@ def _adds_up(graph: LogicalGraph, stage: Stage) -> bool:
 
 
 def plan_execution(
-    graph: LogicalGraph, *, fusion: bool = True, release: str = "every"
+    graph: LogicalGraph, *, fusion: bool = True, release: str = "every", elastic: bool = False
 ) -> ExecutionPlan:
     """Compile ``graph`` into its execution plan; a ``GraphError`` names what cannot run."""
     if release not in RELEASES:
@@ -284,6 +287,7 @@ def plan_execution(
         precombine=precombiners(graph, stages) if release == "latest" else {},
         source=sources[0],
         sinks=sinks,
+        elastic=elastic,
     )
 
 
