@@ -200,6 +200,23 @@ def sorted_by_meta(table: pa.Table) -> pa.Table:
     return table.take(order)
 
 
+def _extended_matrix(traces: pa.Array, start: int, length: int, suffixes: np.ndarray) -> pa.Array:
+    """``extended_traces`` for ``traces`` all ``length`` bytes long, their data from ``start``.
+
+    Each row is copied as one opaque (void) value, not byte by byte: numpy copies a matrix
+    of 24-byte uint8 rows row by row, a void column in one loop (3 M traces: 0.06 -> 0.04 s).
+    """
+    rows, width = len(traces), suffixes.shape[1]
+    data = np.frombuffer(traces.buffers()[2], np.uint8, rows * length, start)
+    out = np.empty(rows * (length + width), np.uint8)
+    halves = out.view(np.dtype([("trace", f"V{length}"), ("suffix", f"V{width}")]))
+    halves["trace"] = data.view(f"V{length}")
+    halves["suffix"] = np.ascontiguousarray(suffixes).view(f"V{width}").reshape(-1)  # or 1 row
+    bounds = np.arange(0, (rows + 1) * (length + width), length + width, dtype=np.int32)
+    buffers = [None, pa.py_buffer(bounds), pa.py_buffer(out)]
+    return pa.BinaryArray.from_buffers(pa.binary(), rows, buffers)
+
+
 def _ascending(columns: list[pa.Array]) -> bool:
     """Whether the rows' keys (columns without nulls, most significant first) never fall."""
     rows = len(columns[0])
@@ -218,19 +235,12 @@ def extended_traces(traces: pa.Array, suffixes: np.ndarray) -> pa.Array:
     point of a graph) are extended as a matrix; others are joined value by value.
     """
     rows, width = len(traces), suffixes.shape[1]
-    if suffixes.shape[0] != rows:
-        suffixes = np.broadcast_to(suffixes, (rows, width))
     offsets = np.frombuffer(traces.buffers()[1], np.int32, rows + 1, traces.offset * 4)
     lengths = np.diff(offsets)
-    if rows and not traces.null_count and (lengths == lengths[0]).all():
-        length = int(lengths[0])
-        data = np.frombuffer(traces.buffers()[2], np.uint8, rows * length, int(offsets[0]))
-        out = np.empty((rows, length + width), np.uint8)
-        out[:, :length] = data.reshape(rows, length)
-        out[:, length:] = suffixes
-        bounds = np.arange(rows + 1, dtype=np.int32) * (length + width)
-        buffers = [None, pa.py_buffer(bounds), pa.py_buffer(out)]
-        return pa.BinaryArray.from_buffers(pa.binary(), rows, buffers)
+    if rows and width and lengths[0] and not traces.null_count and (lengths == lengths[0]).all():
+        return _extended_matrix(traces, int(offsets[0]), int(lengths[0]), suffixes)
+    if suffixes.shape[0] != rows:
+        suffixes = np.broadcast_to(suffixes, (rows, width))
     fixed = pa.FixedSizeBinaryArray.from_buffers(
         pa.binary(width), rows, [None, pa.py_buffer(np.ascontiguousarray(suffixes))]
     )
