@@ -8,6 +8,7 @@ general path sends, byte for byte: a batch the columnar path cannot take goes th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import pairwise
 from operator import add
 from typing import Any
@@ -156,7 +157,7 @@ def test_the_columnar_count_sends_what_the_general_path_sends(
                 "front": front,
                 "trace": b"",
                 "flags": flag,
-                "source": "in.txt",
+                "source": "in.txt" if n % 3 else f"{n % 2}.txt",  # packing groups by source
                 "position": n,
                 "to": counted.entry,
                 "key": None,
@@ -176,16 +177,19 @@ def test_the_columnar_count_sends_what_the_general_path_sends(
     # a batch without a word goes the general way too (it sends no rows)
     has_words = any(text.split() for text, *_ in lines) if split else bool(lines)
     assert (counted.run(batch) is not None) == (qualifies and has_words)
+    assert (counted.packed(batch) is not None) == (qualifies and has_words and not latest)
 
-    def outcome() -> Any:
+    def outcome(run: Callable[[pa.RecordBatch], pa.RecordBatch]) -> Any:
         try:
-            return runner.run(batch).to_pylist()
+            return run(batch).to_pylist()
         except Exception as exc:  # the same error either way: type and message
             return type(exc), str(exc)
 
-    columnar = outcome()
+    columnar, packed = outcome(runner.run), outcome(runner.packed)
     runner.counted = None
-    assert columnar == outcome()
+    assert columnar == outcome(runner.run)
+    # made packed (for the shuffle, exec.packed): the general rows packed, in pack's order
+    assert packed == outcome(lambda rows: pack(runner.run(rows)))
 
 
 @settings(max_examples=60, deadline=None)

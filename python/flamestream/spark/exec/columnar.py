@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 
 from flamestream.graph.logical import LogicalGraph
 from flamestream.spark.exec.items import ITEM_SCHEMA, PAIR_HEAD, TEXT_TAG
+from flamestream.spark.exec.packed import group, packed_rows
 from flamestream.spark.plan.stages import Stage, TextCount, text_count
 
 
@@ -102,6 +103,45 @@ class CountedText:
         if payload is None:
             return None
         return self._item_rows(batch, rows, _suffix_bytes(rows, self.split), data, payload)
+
+    def packed(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
+        """:meth:`rows` packed, as :func:`~.packed.pack` packs them; or None.
+
+        Made packed, not packed once made: the words are grouped first (by front, source and
+        word, which decide the other shared columns), so a payload and a key are made per
+        distinct word, not per occurrence. None for a combining stage too (the plan packs
+        none: its rows are distinct words already).
+        """
+        split = None if self.combine else self._words(batch)
+        if split is None or not len(split[0]):
+            return None
+        words, rows = split
+        data = words.cast(pa.binary())
+        at = pa.array(rows, pa.int64())
+        front, source = (batch.column(name).take(at) for name in ("front", "source"))
+        order, starts = group([front, source, data])
+        firsts = pa.array(order[starts])
+        distinct = data.take(firsts)
+        payload = _pickled_pairs(distinct, np.ones(len(distinct), np.int64))
+        if payload is None:
+            return None
+        n = len(distinct)
+        shared = {
+            "front": front.take(firsts),
+            "flags": pa.repeat(pa.scalar(0, pa.int8()), n),
+            "source": source.take(firsts),
+            "to": pa.repeat(pa.scalar(self.dest, pa.string()), n),
+            "key": pc.binary_join_element_wise(_TEXT_KEY, distinct, _NOTHING),
+            "payload": payload,
+            "value": pa.nulls(n, pa.string()),
+        }
+        occurring = pa.array(rows[order], pa.int64())
+        occurrences = {
+            "ts": batch.column("ts").take(occurring),
+            "trace": _suffix_bytes(rows, self.split, order),
+            "position": batch.column("position").take(occurring),
+        }
+        return packed_rows(shared, occurrences, starts)
 
     def _item_rows(
         self,

@@ -19,7 +19,6 @@ import pyarrow.compute as pc
 
 from flamestream.errors import ConfigError
 from flamestream.spark.exec.items import BYTES_TAG, ITEM_SCHEMA, TEXT_TAG
-from flamestream.spark.exec.packed import pack
 from flamestream.spark.exec.shipping import ship, unship
 
 #: A combining stage runs over this many front rows of a read task at once, at most ...
@@ -76,9 +75,10 @@ class FrontStage:
     def _combined(self, blocks: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """The stage's item rows for ``blocks`` run as one batch (none for no rows)."""
         if blocks:
-            items = self.items(blocks[0] if len(blocks) == 1 else pa.concat_batches(blocks))
+            rows = blocks[0] if len(blocks) == 1 else pa.concat_batches(blocks)
+            items = self.runner.packed(self._entering(rows)) if self.packs else self.items(rows)
             if items.num_rows:
-                yield pack(items) if self.packs else items
+                yield items
 
     def _entering(self, rows: pa.RecordBatch) -> pa.RecordBatch:
         """Front rows as items entering the graph: empty trace, tagged payload, no flags."""

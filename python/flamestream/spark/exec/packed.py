@@ -17,6 +17,9 @@ when the fronts' rows all go to one keyed stage that reads nothing else.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -44,18 +47,66 @@ def is_packed(schema: pa.Schema) -> bool:
 def pack(rows: pa.RecordBatch) -> pa.RecordBatch:
     """``rows`` (item rows) packed: a row per distinct set of the shared columns.
 
-    A packed row's occurrences come in the order they have in ``rows``.
+    A packed row's occurrences come in the order they have in ``rows``; the packed rows in
+    the order :func:`group` gives them. Grouped by sorting numbers, not with Arrow's
+    ``group_by``: its hash aggregation into lists took 27 ms for a read block of word count
+    (120k words), this 19 ms.
     """
     if not rows.num_rows:
         return pa.RecordBatch.from_pylist([], schema=PACKED_SCHEMA)
-    table = pa.Table.from_batches([rows])
-    aggregates = [(name, "list") for name in OCCURRENCE_COLUMNS]
-    grouped = table.group_by(_SHARED, use_threads=False).aggregate(aggregates)
+    order, starts = group([rows.column(name) for name in _SHARED])
+    firsts = pa.array(order[starts])
+    everyone = pa.array(order)
+    return packed_rows(
+        {name: rows.column(name).take(firsts) for name in _SHARED},
+        {name: rows.column(name).take(everyone) for name in OCCURRENCE_COLUMNS},
+        starts,
+    )
+
+
+def group(columns: Sequence[pa.Array]) -> tuple[np.ndarray, np.ndarray]:
+    """Rows that agree on all ``columns`` (nulls agreeing), brought together.
+
+    The order that lists the rows group by group, each group's rows in their order, and where
+    each group starts in it. Groups come in the order of their values' first occurrences,
+    compared column by column: each column's dictionary codes (first occurrence first) are
+    the digits of one number per row, which a stable sort orders. A column with one value
+    adds nothing.
+    """
+    ids = np.zeros(len(columns[0]), np.int64)
+    count = 1
+    for column in columns:
+        encoded = pc.dictionary_encode(column, null_encoding="encode")
+        size = len(encoded.dictionary)
+        if size > 1:
+            if count * size >= 2**62:  # keep the digits' product in an int64: renumber
+                distinct, ids = np.unique(ids, return_inverse=True)
+                count = len(distinct)
+            ids = ids * size + encoded.indices.to_numpy(zero_copy_only=False)
+            count *= size
+    order = np.argsort(ids, kind="stable")
+    ordered = ids[order]
+    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    return order, starts
+
+
+def packed_rows(
+    shared: Mapping[str, pa.Array], occurrences: Mapping[str, pa.Array], starts: np.ndarray
+) -> pa.RecordBatch:
+    """Packed rows of ``shared`` columns and ``occurrences`` lists.
+
+    ``shared``: a value per packed row. ``occurrences``: a value per occurrence, row by row:
+    row ``i``'s from ``starts[i]`` up to the next row's start.
+    """
+    ends = len(occurrences[OCCURRENCE_COLUMNS[0]])
+    offsets = pa.array(np.append(starts, ends).astype(np.int32))
     columns = [
-        grouped.column(f"{f.name}_list" if f.name in OCCURRENCE_COLUMNS else f.name)
-        for f in ITEM_FIELDS
+        pa.ListArray.from_arrays(offsets, occurrences[name])
+        if name in OCCURRENCE_COLUMNS
+        else shared[name]
+        for name in PACKED_SCHEMA.names
     ]
-    return pa.Table.from_arrays(columns, schema=PACKED_SCHEMA).combine_chunks().to_batches()[0]
+    return pa.RecordBatch.from_arrays(columns, schema=PACKED_SCHEMA)
 
 
 def unpack(rows: pa.RecordBatch) -> pa.RecordBatch:

@@ -52,6 +52,7 @@ from flamestream.spark.exec.items import (
     encode_payload,
     encode_trace,
 )
+from flamestream.spark.exec.packed import pack
 from flamestream.spark.exec.rendered import ReducedColumns, RenderedTail
 from flamestream.spark.exec.worker_setup import setup_worker
 from flamestream.spark.plan.stages import Stage
@@ -123,6 +124,11 @@ class StageRunner:
             payloads = payloads.objects()
         with gc_paused():  # see gc_pause: the batch's items made the collector re-scan
             return self._run(batch, payloads)
+
+    def packed(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """:meth:`run`'s rows packed (:mod:`.packed`); a counted stage makes them packed."""
+        made = self.counted.packed(batch) if self.counted is not None else None
+        return pack(self.run(batch)) if made is None else made
 
     def _run(self, batch: pa.RecordBatch, payloads: list[Any] | None) -> pa.RecordBatch:
         if self.counted is not None and payloads is None:
