@@ -112,12 +112,23 @@ def packed_rows(
 def unpack(rows: pa.RecordBatch) -> pa.RecordBatch:
     """Packed ``rows`` as the item rows they hold (occurrences of a row next to each other).
 
-    Columns besides the item's (the key partition Spark SQL adds) are repeated likewise.
+    Columns besides the item's (the key partition Spark SQL adds) are repeated likewise. The
+    payload comes dictionary-encoded (its dictionary the packed rows' payloads, without a
+    null), so that the keyed stage's sort moves indices, and a summing cycle reads each
+    distinct payload once (:mod:`.summed`); any other reader gets the same values.
     """
     owners = pc.list_parent_indices(rows.column("ts"))
     names = rows.schema.names
     arrays = [
-        pc.list_flatten(column) if name in OCCURRENCE_COLUMNS else column.take(owners)
-        for name, column in zip(names, rows.columns, strict=True)
+        _repeated(name, column, owners) for name, column in zip(names, rows.columns, strict=True)
     ]
     return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def _repeated(name: str, column: pa.Array, owners: pa.Array) -> pa.Array:
+    """``column`` of the packed rows, one value per occurrence."""
+    if name in OCCURRENCE_COLUMNS:
+        return pc.list_flatten(column)
+    if name == "payload" and not column.null_count:
+        return pa.DictionaryArray.from_arrays(owners.cast(pa.int32()), column)
+    return column.take(owners)

@@ -95,13 +95,20 @@ class SummedCycle:
         # 1. plain
         if not rows or rows >= _ROWS_LIMIT or not self._plain(table, state, min_time):
             return None
-        # 2. pairs
-        pairs = _pairs(table.column("payload").combine_chunks())
+        # 2. pairs (a dictionary's read once per distinct payload: unpacked rows, .packed)
+        payloads = table.column("payload").combine_chunks()
+        coded = pa.types.is_dictionary(payloads.type)
+        pairs = _pairs(payloads.dictionary if coded else payloads)
         if pairs is None:
             return None
         words, values = pairs
         # 3. keys
-        groups, metas = _Groups(words), _Metas(table)
+        if coded:
+            indices = payloads.indices.to_numpy()
+            groups, values = _Groups.of_coded(words, indices), values[indices]
+        else:
+            groups = _Groups.of_words(words)
+        metas = _Metas(table)
         heads = self._heads(state, groups, metas)
         if heads is None:
             return None
@@ -270,12 +277,12 @@ class _Metas:
 class _Groups:
     """A batch's rows grouped by key: keys in order of first sight, rows in meta order."""
 
-    def __init__(self, words: pa.Array) -> None:
-        encoded = pc.dictionary_encode(words)
+    def __init__(self, dictionary: pa.Array, codes: np.ndarray) -> None:
         #: the keys, in order of first sight (an Arrow array and a list)
-        self.dictionary: pa.Array = encoded.dictionary
-        self.keys: list[Any] = encoded.dictionary.to_pylist()
-        self.codes: np.ndarray = encoded.indices.to_numpy().astype(np.int64)
+        self.dictionary: pa.Array = dictionary
+        self.keys: list[Any] = dictionary.to_pylist()
+        #: each row's key, as its index in ``dictionary``
+        self.codes: np.ndarray = codes.astype(np.int64)
         #: the rows, key by key (each key's in meta order)
         self.order: np.ndarray = np.argsort(self.codes, kind="stable")
         self.counts: np.ndarray = np.bincount(self.codes, minlength=len(self.keys))
@@ -283,6 +290,20 @@ class _Groups:
         self.starts: np.ndarray = self.ends - self.counts
         self.first_rows: np.ndarray = self.order[self.starts]
         self.last_rows: np.ndarray = self.order[self.ends - 1]
+
+    @classmethod
+    def of_words(cls, words: pa.Array) -> _Groups:
+        """The rows grouped by their ``words``."""
+        encoded = pc.dictionary_encode(words)
+        return cls(encoded.dictionary, encoded.indices.to_numpy())
+
+    @classmethod
+    def of_coded(cls, words: pa.Array, indices: np.ndarray) -> _Groups:
+        """The rows grouped by ``words[indices]`` (distinct indices may share a word)."""
+        encoded = pc.dictionary_encode(words)
+        rows = encoded.indices.to_numpy()[indices]  # a word's number per row ...
+        seen = pc.dictionary_encode(pa.array(rows))  # ... renumbered in order of first sight
+        return cls(encoded.dictionary.take(seen.dictionary), seen.indices.to_numpy())
 
     def ranks(self) -> np.ndarray:
         """Each row's rank among its key's rows, key by key (as ``order``)."""
