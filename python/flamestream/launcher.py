@@ -24,6 +24,11 @@ This launcher turns the order around. Started as ``flamestream-python -m <module
    to the original function);
 4. runs ``<module>`` as ``__main__`` (``runpy``, like ``python -m``).
 
+Before any of that, a process started for a module (a worker, the daemon, a source runner)
+gets :data:`ARROW_JEMALLOC_CONF` in its environment unless the user set that variable:
+jemalloc reads it once, when pyarrow loads, so a worker cannot set it for itself
+(``flamestream.spark.exec.worker_setup`` explains why workers keep freed pages).
+
 What the process does after connecting is unchanged; the JVM waits for it without the 10 s
 limit. The launcher imports nothing of flamestream or pyspark before step 2 (a test checks).
 """
@@ -42,6 +47,9 @@ from flamestream import warm_start
 DAEMON = "pyspark.daemon"
 #: Spark's default wait for the auth reply (``spark.python.authenticate.socketTimeout``).
 _AUTH_TIMEOUT = 15
+#: The environment variable pyarrow's bundled jemalloc reads its options from, and ours for
+#: Spark's Python processes: freed pages are kept for reuse, never handed back
+ARROW_JEMALLOC_CONF = ("JE_ARROW_MALLOC_CONF", "dirty_decay_ms:-1,muzzy_decay_ms:-1")
 
 
 def worker_python() -> str:
@@ -168,6 +176,8 @@ def main(argv: list[str] | None = None) -> None:
     """The ``flamestream-python`` command: see the module docstring."""
     args = sys.argv[1:] if argv is None else argv
     target = _module_of(args)
+    if target is not None:
+        os.environ.setdefault(*ARROW_JEMALLOC_CONF)  # before pyarrow loads, here or after exec
     address = connect_back_address(dict(os.environ))
     daemon = target is not None and target[0] == DAEMON
     if target is None or (address is None and not daemon):

@@ -7,6 +7,7 @@ sends when it was imported.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import struct
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pyspark.util
 import pyspark.worker_util
@@ -133,3 +135,27 @@ def test_hand_over_serves_its_address_once_and_other_connections_as_before(monke
     assert patched(4040, "s") == ("file", "sock")  # once only
     assert calls == [(5050, "s"), (4040, "s")]
     assert pyspark.util.local_connect_and_auth is patched
+
+
+def jemalloc_probe(*, env: dict[str, str] | None = None, as_module: bool = True) -> Any:
+    """What ``tests.unit.jemalloc_probe`` reports, started through the launcher."""
+    probe = ["-m", "tests.unit.jemalloc_probe"] if as_module else ["tests/unit/jemalloc_probe.py"]
+    environ = {k: v for k, v in os.environ.items() if k != launcher.ARROW_JEMALLOC_CONF[0]}
+    done = subprocess.run(
+        [LAUNCHER, *probe], cwd=ROOT, env={**environ, **(env or {})},
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    return json.loads(done.stdout)
+
+
+def test_spark_processes_keep_arrow_pages_freed_in_jemalloc():
+    """Started for a module (as Spark starts its Python processes), jemalloc keeps what is
+    freed: a second buffer of the same size reuses the first one's pages instead of faulting
+    them in again. A user's own options are kept; a script is left as it is."""
+    name, value = launcher.ARROW_JEMALLOC_CONF
+    ours = jemalloc_probe()
+    assert ours["conf"] == value
+    first, second = ours["faults"]
+    assert first > 10_000 and second < first / 10, ours  # 64 MiB is 16,384 pages of 4 KiB
+    assert jemalloc_probe(env={name: "narenas:2"})["conf"] == "narenas:2"
+    assert jemalloc_probe(as_module=False)["conf"] is None

@@ -19,7 +19,10 @@ nothing: the process and the objects in it are the user's.
    shuffled rows, in process, its first batch) took 6.2-7.1 s with mimalloc and 3.9-4.0 s
    with jemalloc, and peaked 0.2 GB lower. A pool the user chose with
    ``ARROW_DEFAULT_MEMORY_POOL`` is kept, and so is the default where pyarrow was built
-   without jemalloc.
+   without jemalloc. jemalloc as pyarrow configures it still unmaps a freed block of many
+   megabytes at once; ``flamestream-python`` starts workers with jemalloc options that keep
+   all freed pages (``launcher.ARROW_JEMALLOC_CONF``: jemalloc reads them when pyarrow loads,
+   too early for this function).
 """
 
 from __future__ import annotations
