@@ -26,6 +26,13 @@ def tables(draw):
         "flag": pa.array(draw(st.lists(st.none() | st.booleans(), min_size=n, max_size=n))),
         "raw": pa.array(draw(st.lists(st.none() | st.binary(max_size=6), min_size=n, max_size=n))),
         "ratio": pa.array(draw(st.lists(st.floats(allow_nan=False), min_size=n, max_size=n))),
+        # text JSON takes as it is (quoted by constant text around it)
+        "word": pa.array(
+            draw(st.lists(st.text("ab =~", max_size=5), min_size=n, max_size=n)), pa.string()
+        ),
+        # one value throughout (a source, a front id): rendered once, joined as constant text
+        "source": pa.array([draw(st.none() | texts)] * n, pa.string()),
+        "id": pa.array([draw(st.integers(-5, 5))] * n, pa.int32()),
     }
     keep = draw(st.lists(st.sampled_from(sorted(columns)), min_size=1, unique=True))
     return pa.table({name: columns[name] for name in keep})

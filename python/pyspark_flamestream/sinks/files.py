@@ -157,18 +157,54 @@ def _write_json_lines(out: Any, rows: pa.Table) -> None:
     if not names or len(set(names)) != len(names) or not rows.num_rows:
         out.write(_json_lines(rows))
         return
-    heads = [
-        pa.scalar(("{" if i == 0 else ",") + json.dumps(n) + ":", _TEXT)
-        for i, n in enumerate(names)
-    ]
-    tail, glue = pa.scalar("}\n", _TEXT), pa.scalar("", _TEXT)
-    for start in range(0, rows.num_rows, JSON_SLICE):
-        part = rows.slice(start, JSON_SLICE).combine_chunks()
-        pieces: list[Any] = []
-        for head, column in zip(heads, part.columns, strict=True):
-            pieces += [head, _json_values(column.combine_chunks())]
-        lines = pc.binary_join_element_wise(*pieces, tail, glue)
+    heads = [("{" if i == 0 else ",") + json.dumps(n) + ":" for i, n in enumerate(names)]
+    glue = pa.scalar("", _TEXT)
+    for part in rows.to_batches(max_chunksize=JSON_SLICE):  # the table's chunks: no copy
+        lines = pc.binary_join_element_wise(*_line_pieces(heads, part.columns), glue)
         out.write(memoryview(_text_buffer(lines)))  # no copy of the lines
+
+
+def _line_pieces(heads: list[str], columns: list[pa.Array]) -> list[Any]:
+    """What a JSON line joins: text constant in every line (a scalar), and columns' values.
+
+    A column holding one value throughout (a front's source and front id, a sink's name) is
+    rendered once and becomes part of the constant text around it: fewer pieces to join.
+    """
+    uniform = [_uniform(column) for column in columns]
+    uniform[-1] = uniform[-1] and not all(uniform)  # joined, one column at least is an array
+    pieces: list[Any] = []
+    constant = ""
+    for head, column, folded in zip(heads, columns, uniform, strict=True):
+        constant += head
+        if folded:
+            constant += _json_values(column.slice(0, 1))[0].as_py()
+        elif _verbatim(column):  # its quotes are constant text too
+            pieces += [pa.scalar(constant + '"', _TEXT), column.cast(_TEXT)]
+            constant = '"'
+        else:
+            pieces += [pa.scalar(constant, _TEXT), _json_values(column)]
+            constant = ""
+    return [*pieces, pa.scalar(constant + "}\n", _TEXT)]
+
+
+def _verbatim(column: pa.Array) -> bool:
+    """Whether ``column`` is strings without nulls that JSON quotes as they are."""
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        return False
+    return not column.null_count and not _needs_escapes(column)
+
+
+def _needs_escapes(text: pa.Array) -> bool:
+    """Whether a string in ``text`` has a byte that JSON escapes (or is not ASCII)."""
+    return bool(_text_buffer(text.cast(_TEXT)).to_pybytes().translate(None, _VERBATIM_BYTES))
+
+
+def _uniform(column: pa.Array) -> bool:
+    """Whether every value of ``column`` (not empty) equals the first, which is not null."""
+    if column.null_count or pa.types.is_nested(column.type):
+        return False
+    first = column[0]
+    return bool(pc.all(pc.equal(column, first)).as_py())
 
 
 def _json_values(column: pa.Array) -> pa.Array:
@@ -180,7 +216,7 @@ def _json_values(column: pa.Array) -> pa.Array:
         column = column.cast(_TEXT)
         quote = pa.scalar('"', _TEXT)
         text = pc.binary_join_element_wise(quote, column, quote, pa.scalar("", _TEXT))
-        if _text_buffer(column).to_pybytes().translate(None, _VERBATIM_BYTES):  # to escape
+        if _needs_escapes(column):
             escape = pc.invert(pc.fill_null(pc.match_substring_regex(column, _VERBATIM), True))
             escaped = [json.dumps(v) for v in column.filter(escape).to_pylist()]
             text = pc.replace_with_mask(text, escape, pa.array(escaped, _TEXT))
