@@ -101,12 +101,16 @@ class Peaks:
 
 def child(release: str, source: Path, work: Path, timeout: float) -> dict[str, Any]:
     """One run in this process: the query over ``source`` with the workers sampled."""
-    from benchmarks.compare.spark_variants import flamestream_writer
+    from benchmarks.compare.spark_variants import Release, flamestream_writer
+
+    if release not in ("latest", "every"):
+        return {"error": f"release {release!r}: latest or every"}
+    chosen: Release = "latest" if release == "latest" else "every"
     from benchmarks.lib.session import spark_session
 
     with spark_session("flamestream-memory") as spark, Peaks() as peaks:
         start = time.perf_counter()
-        query = flamestream_writer(spark, source, work / "out", work / "ck", release).start()
+        query = flamestream_writer(spark, source, work / "out", work / "ck", chosen).start()
         if not query.awaitTermination(timeout):
             query.stop()
             return {"error": f"{release}: no end within {timeout} s"}
