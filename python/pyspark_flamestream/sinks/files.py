@@ -176,22 +176,20 @@ def _line_pieces(heads: list[str], columns: list[pa.Array]) -> list[Any]:
     constant = ""
     for head, column, folded in zip(heads, columns, uniform, strict=True):
         constant += head
+        escapes = _needs_escapes(column) if _is_text(column) else None
         if folded:
             constant += _json_values(column.slice(0, 1))[0].as_py()
-        elif _verbatim(column):  # its quotes are constant text too
+        elif escapes is False and not column.null_count:  # its quotes are constant text too
             pieces += [pa.scalar(constant + '"', _TEXT), column.cast(_TEXT)]
             constant = '"'
         else:
-            pieces += [pa.scalar(constant, _TEXT), _json_values(column)]
+            pieces += [pa.scalar(constant, _TEXT), _json_values(column, escapes)]
             constant = ""
     return [*pieces, pa.scalar(constant + "}\n", _TEXT)]
 
 
-def _verbatim(column: pa.Array) -> bool:
-    """Whether ``column`` is strings without nulls that JSON quotes as they are."""
-    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-        return False
-    return not column.null_count and not _needs_escapes(column)
+def _is_text(column: pa.Array) -> bool:
+    return bool(pa.types.is_string(column.type) or pa.types.is_large_string(column.type))
 
 
 def _needs_escapes(text: pa.Array) -> bool:
@@ -207,16 +205,19 @@ def _uniform(column: pa.Array) -> bool:
     return bool(pc.all(pc.equal(column, first)).as_py())
 
 
-def _json_values(column: pa.Array) -> pa.Array:
-    """Every value of ``column`` as the JSON text ``json.dumps`` gives it; no nulls."""
+def _json_values(column: pa.Array, escapes: bool | None = None) -> pa.Array:
+    """Every value of ``column`` as the JSON text ``json.dumps`` gives it; no nulls.
+
+    ``escapes``: for text, whether a value needs escapes, if the caller knows already.
+    """
     kind = column.type
     if pa.types.is_integer(kind) or pa.types.is_boolean(kind):
         text = pc.cast(column, _TEXT)
-    elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
+    elif _is_text(column):
         column = column.cast(_TEXT)
         quote = pa.scalar('"', _TEXT)
         text = pc.binary_join_element_wise(quote, column, quote, pa.scalar("", _TEXT))
-        if _needs_escapes(column):
+        if _needs_escapes(column) if escapes is None else escapes:
             escape = pc.invert(pc.fill_null(pc.match_substring_regex(column, _VERBATIM), True))
             escaped = [json.dumps(v) for v in column.filter(escape).to_pylist()]
             text = pc.replace_with_mask(text, escape, pa.array(escaped, _TEXT))

@@ -131,7 +131,7 @@ class CountedText:
             "flags": pa.repeat(pa.scalar(0, pa.int8()), n),
             "source": source.take(firsts),
             "to": pa.repeat(pa.scalar(self.dest, pa.string()), n),
-            "key": pc.binary_join_element_wise(_TEXT_KEY, distinct, _NOTHING),
+            "key": _text_keys(distinct),
             "payload": payload,
             "value": pa.nulls(n, pa.string()),
         }
@@ -166,7 +166,7 @@ class CountedText:
             pc.take(batch.column("source"), taken),
             pc.take(batch.column("position"), taken),
             pa.repeat(pa.scalar(self.dest, pa.string()), n),
-            pc.binary_join_element_wise(_TEXT_KEY, words, _NOTHING),
+            _text_keys(words),
             payload,
             pa.nulls(n, pa.string()),
         ]
@@ -231,6 +231,11 @@ _TEXT_KEY, _NOTHING = pa.scalar(TEXT_TAG, pa.binary()), pa.scalar(b"", pa.binary
 _CHILD_SUFFIX = np.dtype([("zero", "S8"), ("child", ">u4"), ("map", "S12")])
 #: The map's alone, ``((0, 0),)``.
 _MAP_SUFFIX = np.dtype([("map", "S12")])
+
+
+def _text_keys(words: pa.Array) -> pa.Array:
+    """Each word's encoded key (``encode_key`` of its text), from its UTF-8 bytes."""
+    return pc.binary_join_element_wise(_TEXT_KEY, words, _NOTHING)
 
 
 def _pickled_pairs(words: pa.Array, counts: np.ndarray) -> pa.Array | None:
