@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import heapq
 import pickle
+from abc import ABC, abstractmethod
 from bisect import bisect_left
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -66,6 +67,39 @@ class Bucket:
     def __reduce__(self) -> tuple[type[Bucket], tuple[list[DataItem], int]]:
         # snapshots hold a bucket per key: the constructor's args pickle cheaper than __dict__
         return Bucket, (self.items, self.clock)
+
+
+class ColumnBuckets(ABC):
+    """Settled buckets that a runtime's bulk path keeps as columns, outside the bucket dict.
+
+    A runtime that folds whole in-order batches below the min-time (the Spark runtime's
+    summing cycle) leaves each key it touched settled: one plain item that the invalidation
+    index does not hold, and the bucket's clock. Made into objects one key at a time, such
+    buckets are most of what a batch costs; as columns they are built, kept and snapshotted
+    in bulk. The state holds at most one such block, whose keys are never in its dict; every
+    method but the bulk path's sees them as buckets, made on demand:
+
+    * ``pop`` when a method needs one key's bucket (``receive``, ``tail``, the in-order
+      appends): that key moves to the dict, the others stay columns;
+    * ``buckets`` when a method needs all (GC of oversized buckets never does: a settled
+      bucket holds fewer than ``window`` items).
+
+    The block is pickled with the state's snapshot, so it must pickle by value and be
+    importable wherever the snapshot is restored. Making a bucket is deterministic: the same
+    block gives equal buckets (equal items, metas and clocks) every time.
+    """
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """How many keys the block holds."""
+
+    @abstractmethod
+    def pop(self, key: Hashable) -> Bucket | None:
+        """``key``'s bucket, taken out of the block; None if the block does not hold ``key``."""
+
+    @abstractmethod
+    def buckets(self) -> dict[Hashable, Bucket]:
+        """Every bucket the block holds (not taken out), in the block's order."""
 
 
 class _Settled:
@@ -152,7 +186,25 @@ class GroupingState:
         # knows them): a re-emitted tuple ends at an item of an earlier batch, whose record
         # the runtime no longer has at hand. Dropped with the time, at GC.
         self._where: dict[GlobalTime, Any] = {}
+        # Settled buckets kept as columns by a bulk path (see ColumnBuckets); not in _buckets.
+        self._columns: ColumnBuckets | None = None
         self.stats = GroupingStats()
+
+    def _objects(self) -> dict[Hashable, Bucket]:
+        """All buckets as objects: the column block's, if any, move into the dict."""
+        if self._columns is not None:
+            self._buckets.update(self._columns.buckets())
+            self._columns = None
+        return self._buckets
+
+    def _held(self, key: Hashable) -> Bucket | None:
+        """``key``'s bucket as an object (moved out of the column block if there); or None."""
+        bucket = self._buckets.get(key)
+        if bucket is None and self._columns is not None:
+            bucket = self._columns.pop(key)
+            if bucket is not None:
+                self._buckets[key] = bucket
+        return bucket
 
     # --- processing ----------------------------------------------------------------------
 
@@ -189,7 +241,7 @@ class GroupingState:
         except Exception as exc:
             raise StepError(self.step_id, self._key, item.global_time, None, exc) from exc
         try:
-            bucket = self._buckets.setdefault(key, Bucket())
+            bucket = self._held(key) or self._buckets.setdefault(key, Bucket())
         except Exception as exc:  # a list, a dict, a set (or a key whose __hash__ raised)
             if isinstance(exc, TypeError) and not is_hashable(key):
                 raise UnhashableKeyError(
@@ -285,7 +337,7 @@ class GroupingState:
 
     def tail(self, key: Hashable) -> tuple[DataItem | None, int]:
         """``key``'s last item (None for an empty or missing bucket) and its bucket's clock."""
-        bucket = self._buckets.get(key)
+        bucket = self._held(key)
         if bucket is None:
             return None, 0
         return (bucket.items[-1] if bucket.items else None), bucket.clock
@@ -301,7 +353,7 @@ class GroupingState:
         Leaves the state as ``receive`` leaves it for each, in order, with the bucket's clock
         set to ``clock`` (the caller emitted their tuples with the clocks before it).
         """
-        bucket = self._buckets.get(key)
+        bucket = self._held(key)
         if bucket is None:
             bucket = self._buckets[key] = Bucket()
         added = 0
@@ -325,7 +377,7 @@ class GroupingState:
         and the index keeps no entry of their times (the collection would drop them).
         Counts the appends and what the collection drops, as the two steps would.
         """
-        bucket = self._buckets.get(key)
+        bucket = self._held(key)
         held = 0 if bucket is None else len(bucket.items)
         kept = list(kept)
         self._buckets[key] = Bucket(kept, clock)
@@ -336,6 +388,46 @@ class GroupingState:
         self.stats.received += appended
         self.stats.emitted += appended
         self.stats.collected += held + appended - len(kept)
+
+    # --- settled buckets as columns (a bulk path's; see ColumnBuckets) -------------------
+
+    @property
+    def columns(self) -> ColumnBuckets | None:
+        """The settled buckets kept as columns, if a bulk path left any."""
+        return self._columns
+
+    def objects_held(self) -> int:
+        """How many buckets the dict holds (not the column block)."""
+        return len(self._buckets)
+
+    def object_tail(self, key: Hashable) -> tuple[DataItem | None, int, int] | None:
+        """``key``'s bucket if held as an object: its last item, clock and item count.
+
+        None if the dict does not hold ``key`` (the column block may). Does not move a key
+        out of the block, unlike :meth:`tail`.
+        """
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            return None
+        return (bucket.items[-1] if bucket.items else None), bucket.clock, len(bucket.items)
+
+    def settle_columns(
+        self, columns: ColumnBuckets, moved: Iterable[Hashable], appended: int, collected: int
+    ) -> None:
+        """Settled buckets as a bulk path left them: ``columns`` replaces the block.
+
+        The bulk path did what :meth:`settle_in_order` does, for many keys at once:
+        ``columns`` holds the block's keys and the batch's, settled; ``moved`` are the
+        batch's keys that were held as objects (the block holds them now). ``appended`` and
+        ``collected`` count, over all keys, the in-order appends and what GC drops.
+        """
+        for key in moved:
+            del self._buckets[key]
+            self._oversized.discard(key)
+        self._columns = columns
+        self.stats.received += appended
+        self.stats.emitted += appended
+        self.stats.collected += collected
 
     # --- garbage collection --------------------------------------------------------------
 
@@ -369,7 +461,7 @@ class GroupingState:
         pickle and restore several times faster than the objects; the others as they are.
         """
         settled = _Settled()
-        others: dict[int, Bucket] = {}
+        others: dict[int, Bucket] = {}  # a column block (self._columns) goes as it is
         indexed = self._by_time
         for nth, (key, bucket) in enumerate(self._buckets.items()):
             items = bucket.items
@@ -386,6 +478,7 @@ class GroupingState:
             self.stats,
             self._where,
             settled.columns(),
+            self._columns,
         )
         return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -397,6 +490,7 @@ class GroupingState:
         if len(state) > 6:  # buckets by position, settled ones as columns
             buckets = _Settled.buckets(state[6], buckets)
         self._buckets = buckets
+        self._columns = state[7] if len(state) > 7 else None  # a bulk path's column block
 
     # --- moving keys between partitions (the Spark runtime's elastic layout) ---------------
 
@@ -420,7 +514,7 @@ class GroupingState:
 
         for number in into:
             part(number)
-        for key, bucket in self._buckets.items():
+        for key, bucket in self._objects().items():
             part(part_of(key))._buckets[key] = bucket
         keyless: list[DataItem] = []
         for entries in self._by_time.values():
@@ -448,7 +542,7 @@ class GroupingState:
         merged = cls(step_id, window, key)
         seen: set[tuple[Meta, bool]] = set()
         for state in states:
-            merged._buckets.update(state._buckets)
+            merged._buckets.update(state._objects())
             merged._oversized |= state._oversized
             merged._where.update(state._where)
             for entries in state._by_time.values():
@@ -480,21 +574,21 @@ class GroupingState:
 
     def bucket(self, key: Hashable) -> tuple[DataItem, ...]:
         """The items now in ``key``'s bucket, in meta order."""
-        bucket = self._buckets.get(key)
+        bucket = self._held(key)
         return tuple(bucket.items) if bucket else ()
 
     def bucket_keys(self) -> tuple[Hashable, ...]:
         """Keys that have a bucket."""
-        return tuple(self._buckets)
+        return tuple(self._objects())
 
     def entries(self) -> int:
         """Total number of items held in buckets."""
-        return sum(len(b.items) for b in self._buckets.values())
+        return sum(len(b.items) for b in self._objects().values())
 
     def entries_below(self, min_time: GlobalTime) -> dict[Hashable, int]:
         """Per key, how many held items have a global time below ``min_time``."""
         return {
-            key: bisect_left(b.items, min_time, key=_time_of) for key, b in self._buckets.items()
+            key: bisect_left(b.items, min_time, key=_time_of) for key, b in self._objects().items()
         }
 
     def indexed_times(self) -> int:

@@ -24,6 +24,7 @@ same: ``tests/unit/test_fastpath.py`` compares them on random batches.
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -31,12 +32,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from flamestream.graph.mapreduce import Reduced
-from flamestream.model import DataItem, GlobalTime, LocalTime, Meta
+from flamestream.model import GlobalTime, LocalTime, Meta
 from flamestream.runtime.grouping import GroupingState
 from flamestream.spark.exec.fastpath import MapReduceCycle, _TraceCache
 from flamestream.spark.exec.items import LOCAL_BYTES, PAIR_HEAD, encode_trace, extended_traces
 from flamestream.spark.exec.rendered import ReducedColumns, item_rows
 from flamestream.spark.exec.stateless import Exits, Handed
+from flamestream.spark.exec.summed_state import SummedBuckets
 
 #: ``MAPPED_TAG`` + ``pickle.dumps((text, int), 5)`` with text < 256 bytes: ``PAIR_HEAD``
 #: (the tag, protocol 5, a frame opcode), the frame's 8-byte length, SHORT_BINUNICODE, its
@@ -109,10 +111,11 @@ class SummedCycle:
         else:
             groups = _Groups.of_words(words)
         metas = _Metas(table)
-        heads = self._heads(state, groups, metas)
-        if heads is None:
+        block = SummedBuckets.of(state.columns)
+        heads = None if block is None else _Heads.of(state, block, groups, metas)
+        if block is None or heads is None:
             return None
-        bases, clocks = heads
+        bases, clocks = heads.bases, heads.clocks
         # 4. sums and clocks
         totals = groups.scatter(groups.cumulative(values) + np.repeat(bases, groups.counts))
         row_clocks = groups.scatter(np.repeat(clocks + 1, groups.counts) + 2 * groups.ranks())
@@ -122,8 +125,8 @@ class SummedCycle:
         leaving = groups.last_rows if latest else np.arange(rows)
         out = self._leaving(table, leaving, metas, groups, (totals, row_clocks), exits)
         # 6. state
-        finals = (totals[groups.last_rows].tolist(), (clocks + 2 * groups.counts).tolist())
-        self._settle(state, groups, metas, finals)
+        finals = (totals[groups.last_rows], clocks + 2 * groups.counts)
+        self._settle(state, (block, heads), groups, metas, finals)
         return out
 
     def _plain(self, table: pa.Table, state: GroupingState, min_time: GlobalTime) -> bool:
@@ -140,25 +143,6 @@ class SummedCycle:
             pc.and_(pc.equal(ts, min_time.ts), pc.less(fronts, min_time.front)),
         )
         return bool(pc.all(below).as_py())
-
-    def _heads(
-        self, state: GroupingState, groups: _Groups, metas: _Metas
-    ) -> tuple[np.ndarray, np.ndarray] | None:
-        """Per key, the sum before the batch and the bucket's clock; None if out of order."""
-        bases, clocks = [], []
-        for key, (time, trace) in zip(groups.keys, metas.at(groups.first_rows), strict=True):
-            previous, clock = state.tail(key)
-            base = 0  # no reduced item before: the first row's value is the sum
-            if previous is not None:
-                if not previous.meta < Meta(time, metas.decoded(trace)):
-                    return None
-                if isinstance(previous.payload, Reduced):
-                    base = previous.payload.value
-                    if type(base) is not int or not -_BASE_LIMIT < base < _BASE_LIMIT:
-                        return None
-            bases.append(base)
-            clocks.append(clock)
-        return np.array(bases, np.int64), np.array(clocks, np.int64)
 
     def _same_times_in_order(self, groups: _Groups, metas: _Metas, row_clocks: np.ndarray) -> bool:
         """Whether each row of a key follows the key's row before it at the same time.
@@ -243,19 +227,107 @@ class SummedCycle:
     def _settle(
         self,
         state: GroupingState,
+        before: tuple[SummedBuckets, _Heads],
         groups: _Groups,
         metas: _Metas,
-        finals: tuple[list[int], list[int]],
+        finals: tuple[np.ndarray, np.ndarray],
     ) -> None:
-        """Each key's bucket as ``run_in_order`` leaves it: its last reduced item alone."""
-        back_tail, decoded = self.cycle.back_tail, metas.decoded
+        """Each key's bucket as ``run_in_order`` leaves it: its last reduced item alone.
+
+        That item is ``Reduced(key, total)`` at the key's last row's global time, its trace
+        the row's entering trace, the merge's ``(0,0)``, ``(clock - 1, 0)`` and the way back.
+        The keys' buckets go to the state's column block, whatever held them before.
+        """
+        block, heads = before
         totals, clocks = finals
-        lasts = metas.at(groups.last_rows)
-        for nth, (key, rows) in enumerate(zip(groups.keys, groups.counts.tolist(), strict=True)):
-            clock, (time, entering) = clocks[nth], lasts[nth]
-            trace = (*decoded(entering), LocalTime(clock - 1, 0), *back_tail)
-            kept = (DataItem(Reduced(key, totals[nth]), Meta(time, trace)),)
-            state.settle_in_order(key, kept, clock, appended=2 * rows)
+        lasts = groups.last_rows
+        record = np.zeros((len(clocks), 2 * LOCAL_BYTES + len(self.cycle.back_bytes)), np.uint8)
+        record[:, LOCAL_BYTES : LOCAL_BYTES + 8] = (
+            (clocks - 1).astype(">u8").view(np.uint8).reshape(-1, 8)
+        )
+        record[:, 2 * LOCAL_BYTES :] = np.frombuffer(self.cycle.back_bytes, np.uint8)
+        traces = extended_traces(metas.traces.take(pa.array(lasts)), record)
+        times = (metas.ts[lasts], metas.fronts[lasts])
+        settled = block.with_batch(heads.rows, groups.dictionary, totals, clocks, times, traces)
+        appended = 2 * len(groups.codes)
+        collected = int(heads.held.sum()) + appended - len(clocks)
+        state.settle_columns(settled, heads.moved, appended, collected)
+
+
+class _Heads:
+    """Per key of a batch, what its bucket holds before it: the sum so far and the clock.
+
+    ``rows``: the key's row in the column block (-1 if not there); ``held``: its bucket's item
+    count; ``moved``: the keys whose buckets are objects (the batch settles them as columns).
+    """
+
+    def __init__(self, keys: int) -> None:
+        self.bases = np.zeros(keys, np.int64)
+        self.clocks = np.zeros(keys, np.int64)
+        self.held = np.zeros(keys, np.int64)
+        self.rows = np.full(keys, -1, np.int64)
+        self.moved: list[Any] = []
+
+    @classmethod
+    def of(
+        cls, state: GroupingState, block: SummedBuckets, groups: _Groups, metas: _Metas
+    ) -> _Heads | None:
+        """The heads of ``groups``' keys; None if one cannot go on from its bucket.
+
+        That is, if a key's first row is not after its bucket's last item, or that item's
+        value is not an int that sums safely.
+        """
+        heads = cls(len(groups.counts))
+        if len(block) and not heads._from_block(block, groups, metas):
+            return None
+        if state.objects_held() and not heads._from_objects(state, groups, metas):
+            return None
+        return heads
+
+    def _from_block(self, block: SummedBuckets, groups: _Groups, metas: _Metas) -> bool:
+        """The keys the column block holds: compared by global time, by trace if equal."""
+        rows = block.rows_of(groups.dictionary)
+        held = np.flatnonzero(rows >= 0)
+        at, firsts = rows[held], groups.first_rows[held]
+        ts, fronts = metas.ts[firsts], metas.fronts[firsts]
+        same = (block.ts[at] == ts) & (block.fronts[at] == fronts)
+        after = (block.ts[at] < ts) | ((block.ts[at] == ts) & (block.fronts[at] < fronts))
+        if not (after | same).all():
+            return False
+        for nth in np.flatnonzero(same).tolist():  # one global time: the traces decide
+            previous = block.meta(int(at[nth]))
+            ((time, trace),) = metas.at(firsts[nth : nth + 1])
+            if not previous < Meta(time, metas.decoded(trace)):
+                return False
+        bases = block.totals[at]
+        if len(bases) and not (np.abs(bases) < _BASE_LIMIT).all():
+            return False
+        self.rows, self.bases[held], self.clocks[held] = rows, bases, block.clocks[at]
+        self.held[held] = 1
+        return True
+
+    def _from_objects(self, state: GroupingState, groups: _Groups, metas: _Metas) -> bool:
+        """The keys the state holds as objects, one by one as ``run_in_order`` checks them."""
+        unheld = np.flatnonzero(self.rows < 0)
+        keys = groups.keys
+        for nth, (time, trace) in zip(
+            unheld.tolist(), metas.at(groups.first_rows[unheld]), strict=True
+        ):
+            found = state.object_tail(keys[nth])
+            if found is None:
+                continue
+            previous, clock, count = found
+            if previous is not None:
+                if not previous.meta < Meta(time, metas.decoded(trace)):
+                    return False
+                if isinstance(previous.payload, Reduced):
+                    base = previous.payload.value
+                    if type(base) is not int or not -_BASE_LIMIT < base < _BASE_LIMIT:
+                        return False
+                    self.bases[nth] = base
+            self.clocks[nth], self.held[nth] = clock, count
+            self.moved.append(keys[nth])
+        return True
 
 
 class _Metas:
@@ -278,18 +350,23 @@ class _Groups:
     """A batch's rows grouped by key: keys in order of first sight, rows in meta order."""
 
     def __init__(self, dictionary: pa.Array, codes: np.ndarray) -> None:
-        #: the keys, in order of first sight (an Arrow array and a list)
+        #: the keys, in order of first sight (as Python values: ``keys``)
         self.dictionary: pa.Array = dictionary
-        self.keys: list[Any] = dictionary.to_pylist()
         #: each row's key, as its index in ``dictionary``
         self.codes: np.ndarray = codes.astype(np.int64)
         #: the rows, key by key (each key's in meta order)
         self.order: np.ndarray = np.argsort(self.codes, kind="stable")
-        self.counts: np.ndarray = np.bincount(self.codes, minlength=len(self.keys))
+        self.counts: np.ndarray = np.bincount(self.codes, minlength=len(dictionary))
         self.ends: np.ndarray = np.cumsum(self.counts)
         self.starts: np.ndarray = self.ends - self.counts
         self.first_rows: np.ndarray = self.order[self.starts]
         self.last_rows: np.ndarray = self.order[self.ends - 1]
+
+    @cached_property
+    def keys(self) -> list[Any]:
+        """The keys as Python values (made only if a Python step needs them)."""
+        keys: list[Any] = self.dictionary.to_pylist()
+        return keys
 
     @classmethod
     def of_words(cls, words: pa.Array) -> _Groups:
