@@ -181,9 +181,12 @@ def sorted_by_meta(table: pa.Table) -> pa.Table:
     """``table``'s rows sorted by meta: ``(ts, front)``, then ``trace`` as bytes if present.
 
     What the stable ``table.sort_by`` on those columns gives, for less: rows already in
-    order come back as they are (a stage yields its rows in meta order), and traces, of
-    which an unsorted batch (a shuffle's) holds a handful of distinct ones, are compared as
-    the ranks of their dictionary instead of byte by byte (a third of the cost).
+    order come back as they are (a stage yields its rows in meta order); traces, of which an
+    unsorted batch (a shuffle's) holds a handful of distinct ones, are compared as the ranks
+    of their dictionary instead of byte by byte (a third of the cost); the three keys are
+    packed into one integer where they fit, which numpy's stable sort orders in one pass over
+    the shuffle's sorted runs (3 M rows: 0.32 -> 0.16 s); and a column holding one value
+    (a stage's target, say) is not moved.
     """
     names = [name for name in ("ts", "front", "trace") if name in table.column_names]
     columns = [table.column(name).combine_chunks() for name in names]
@@ -195,9 +198,45 @@ def sorted_by_meta(table: pa.Table) -> pa.Table:
         traces = pc.dictionary_encode(columns[2])
         ranks = pc.rank(traces.dictionary, "ascending")  # distinct values: no ties
         columns[2] = pc.take(ranks, traces.indices)
-    keys = pa.table({str(nth): column for nth, column in enumerate(columns)})
-    order = pc.sort_indices(keys, [(str(nth), "ascending") for nth in range(len(columns))])
-    return table.take(order)
+    order = _packed_order(columns)
+    if order is None:
+        keys = pa.table({str(nth): column for nth, column in enumerate(columns)})
+        order = pc.sort_indices(keys, [(str(nth), "ascending") for nth in range(len(columns))])
+    moved = {name: _taken(table.column(name), order) for name in table.column_names}
+    return pa.table(moved, schema=table.schema)
+
+
+def _packed_order(columns: list[pa.Array]) -> pa.Array | None:
+    """The stable ascending order of rows by integer ``columns``, most significant first.
+
+    Sorted as one unsigned 64-bit number per row; None if the columns' ranges need more bits.
+    """
+    values = [column.to_numpy().astype(np.int64) for column in columns]
+    lows = [int(v.min()) for v in values]
+    widths = [(int(v.max()) - low).bit_length() for v, low in zip(values, lows, strict=True)]
+    if sum(widths) > 64:
+        return None
+    key = np.zeros(len(values[0]), np.uint64)
+    for v, low, width in zip(values, lows, widths, strict=True):
+        key = (key << np.uint64(width)) | (v - low).astype(np.uint64)
+    return pa.array(np.argsort(key, kind="stable"))
+
+
+def _taken(column: pa.ChunkedArray, order: pa.Array) -> pa.ChunkedArray:
+    """``column`` in ``order``; as it is when all its values are equal.
+
+    Checked for text and bytes only, where a move is dear (a check costs a quarter of one),
+    and only when the first and the last value already agree.
+    """
+    if (
+        (pa.types.is_string(column.type) or pa.types.is_binary(column.type))
+        and len(column)
+        and not column.null_count
+        and column[0] == column[-1]
+        and pc.count_distinct(column).as_py() == 1
+    ):
+        return column
+    return column.take(order)
 
 
 def _extended_matrix(traces: pa.Array, start: int, length: int, suffixes: np.ndarray) -> pa.Array:
