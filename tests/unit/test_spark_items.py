@@ -18,6 +18,7 @@ from flamestream.spark.exec.items import (
     encode_trace,
     extended_traces,
     sorted_by_meta,
+    stable_order,
 )
 
 local_times = st.builds(LocalTime, st.integers(0, 2**40), st.integers(0, 2**20))
@@ -116,3 +117,12 @@ def test_extended_traces_append_each_rows_suffix(traces, offset, shared, width):
     suffixes = np.arange(rows * width, dtype=np.uint8).reshape(rows, width)
     got = extended_traces(column, suffixes).to_pylist()
     assert got == [t + bytes(suffixes[0 if shared else n]) for n, t in enumerate(traces)]
+
+
+@given(st.data(), st.sampled_from([1, 2, 255, 2**16, 2**16 + 1, 2**32, 2**32 + 1, 2**62]))
+def test_stable_order_is_numpys_stable_argsort(data, bound):
+    """Whatever width it sorts at, the order is the stable one of the values themselves."""
+    values = data.draw(st.lists(st.integers(0, bound - 1) | st.just(bound - 1), max_size=50))
+    array = np.array(values, np.int64)
+    expected = np.argsort(array, kind="stable")
+    assert stable_order(array, bound).tolist() == expected.tolist()

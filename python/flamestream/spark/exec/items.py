@@ -219,7 +219,21 @@ def _packed_order(columns: list[pa.Array]) -> pa.Array | None:
     key = np.zeros(len(values[0]), np.uint64)
     for v, low, width in zip(values, lows, widths, strict=True):
         key = (key << np.uint64(width)) | (v - low).astype(np.uint64)
-    return pa.array(np.argsort(key, kind="stable"))
+    return pa.array(stable_order(key, 1 << sum(widths)))
+
+
+def stable_order(values: np.ndarray, bound: int) -> np.ndarray:
+    """The stable ascending order of ``values``, non-negative integers below ``bound``.
+
+    numpy sorts 16-bit integers stably by radix, in one pass: 3 M word numbers 0.03 s, where
+    as 64-bit integers they took 0.26-0.34 s (and as 32-bit ones 0.2 s).
+    """
+    if bound <= 1 << 16:
+        values = values.astype(np.uint16)
+    elif bound <= 1 << 32:
+        values = values.astype(np.uint32)
+    order: np.ndarray = np.argsort(values, kind="stable")
+    return order
 
 
 def _taken(column: pa.ChunkedArray, order: pa.Array) -> pa.ChunkedArray:

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from flamestream.spark.exec.items import ITEM_FIELDS
+from flamestream.spark.exec.items import ITEM_FIELDS, stable_order
 
 #: The columns that differ between the occurrences of one item (lists in a packed row).
 OCCURRENCE_COLUMNS = ("ts", "trace", "position")
@@ -84,7 +84,7 @@ def group(columns: Sequence[pa.Array]) -> tuple[np.ndarray, np.ndarray]:
                 count = len(distinct)
             ids = ids * size + encoded.indices.to_numpy(zero_copy_only=False)
             count *= size
-    order = np.argsort(ids, kind="stable")
+    order = stable_order(ids, count)
     ordered = ids[order]
     starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
     return order, starts

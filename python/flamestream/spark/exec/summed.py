@@ -35,7 +35,13 @@ from flamestream.graph.mapreduce import Reduced
 from flamestream.model import GlobalTime, LocalTime, Meta
 from flamestream.runtime.grouping import GroupingState
 from flamestream.spark.exec.fastpath import MapReduceCycle, _TraceCache
-from flamestream.spark.exec.items import LOCAL_BYTES, PAIR_HEAD, encode_trace, extended_traces
+from flamestream.spark.exec.items import (
+    LOCAL_BYTES,
+    PAIR_HEAD,
+    encode_trace,
+    extended_traces,
+    stable_order,
+)
 from flamestream.spark.exec.rendered import ReducedColumns, item_rows
 from flamestream.spark.exec.stateless import Exits, Handed
 from flamestream.spark.exec.summed_state import SummedBuckets
@@ -355,7 +361,7 @@ class _Groups:
         #: each row's key, as its index in ``dictionary``
         self.codes: np.ndarray = codes.astype(np.int64)
         #: the rows, key by key (each key's in meta order)
-        self.order: np.ndarray = np.argsort(self.codes, kind="stable")
+        self.order: np.ndarray = stable_order(self.codes, len(dictionary))
         self.counts: np.ndarray = np.bincount(self.codes, minlength=len(dictionary))
         self.ends: np.ndarray = np.cumsum(self.counts)
         self.starts: np.ndarray = self.ends - self.counts
