@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from flamestream.errors import InvariantError
 from flamestream.graph.logical import LogicalGraph
 from flamestream.graph.mapreduce import Reduced
 from flamestream.model import LocalTime
@@ -32,11 +33,16 @@ _MAP_SUFFIX = np.frombuffer(encode_trace((LocalTime(0, 0),)), np.uint8).reshape(
 
 
 class ReducedColumns:
-    """The ``Reduced(key, value)`` payloads of rows: a text column and an int64 column."""
+    """The ``Reduced(key, value)`` payloads of rows: a text column and an int64 column.
 
-    def __init__(self, keys: pa.Array, values: pa.Array) -> None:
+    ``traced``: the trace suffix the rows' traces already end with, appended for the tail
+    that takes them (``Exits.suffixes``); empty if none.
+    """
+
+    def __init__(self, keys: pa.Array, values: pa.Array, traced: bytes = b"") -> None:
         self.keys = keys
         self.values = values
+        self.traced = traced
         self._objects: list[Any] | None = None
 
     def __len__(self) -> int:
@@ -44,7 +50,7 @@ class ReducedColumns:
 
     def filter(self, mask: pa.Array) -> ReducedColumns:
         """The payloads of the rows ``mask`` selects."""
-        return ReducedColumns(self.keys.filter(mask), self.values.filter(mask))
+        return ReducedColumns(self.keys.filter(mask), self.values.filter(mask), self.traced)
 
     def objects(self) -> list[Any]:
         """The payloads as ``Reduced`` objects (made once)."""
@@ -72,6 +78,9 @@ def item_rows(meta: list[pa.Array], to: str, value: pa.Array | None = None) -> p
 class RenderedTail:
     """A tail stage that is one plain ``Template`` map into a sink, run on reduced columns."""
 
+    #: what the map appends to each trace
+    suffix = _MAP_SUFFIX.tobytes()
+
     def __init__(self, shape: TemplateRender) -> None:
         self.parts = shape.parts  #: the template's (literal, field) pairs
         self.sink = shape.sink
@@ -83,12 +92,22 @@ class RenderedTail:
         return cls(shape) if shape is not None and default_render else None
 
     def run(self, batch: pa.RecordBatch, payloads: ReducedColumns) -> pa.RecordBatch | None:
-        """The rows the stage sends its sink for ``batch``; None if a row is flagged."""
+        """The rows the stage sends its sink for ``batch``; None if a row is flagged.
+
+        Traces already ending with the map's suffix (``payloads.traced``) are kept as they are.
+        """
         flags = batch.column("flags")
-        if pc.any(pc.not_equal(flags, 0)).as_py():
+        flagged = pc.any(pc.not_equal(flags, 0)).as_py()
+        if payloads.traced not in (b"", self.suffix) or (flagged and payloads.traced):
+            # only a sum's plain rows come traced; the Python path would extend them again
+            msg = f"rows handed to {self.sink!r}'s render traced with {payloads.traced!r}"
+            raise InvariantError(msg)
+        if flagged:
             return None  # tombstones and replays: the Python path's rules
         texts = self.rendered(payloads)
-        traces = extended_traces(batch.column("trace"), _MAP_SUFFIX)
+        traces = batch.column("trace")
+        if not payloads.traced:
+            traces = extended_traces(traces, _MAP_SUFFIX)
         meta = [batch.column("ts"), batch.column("front"), traces, flags]
         meta += [batch.column("source"), batch.column("position")]
         return item_rows(meta, self.sink, texts)

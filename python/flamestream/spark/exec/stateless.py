@@ -362,6 +362,10 @@ class Exits:
         #: destinations whose payloads are handed on as objects, not encoded: the entries of
         #: tails that run in the same task, on what the stage yields (see ``WithTails``)
         self.handed: frozenset[str] = frozenset()
+        #: per handed destination, the trace suffix its tail appends in Arrow (a rendering
+        #: map's ``(0, 0)``): a bulk path handing columns may append it to the traces it
+        #: makes, one copy of every trace instead of two (``ReducedColumns.traced`` says so)
+        self.suffixes: Mapping[str, bytes] = {}
         #: per keyed entry, the grouping whose key function it applies (for errors)
         self.groupings = {dest: _grouping_of(graph, dest, fn) for dest, fn in self.keys.items()}
 

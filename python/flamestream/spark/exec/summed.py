@@ -199,14 +199,16 @@ class SummedCycle:
         firsts = _first_of_time(metas.ts, metas.fronts)[rows]
         sources = table.column("source").take(firsts)
         positions = table.column("position").take(firsts)
-        traces = self._leaving_traces(metas.traces.take(rows), row_clocks[rows])
+        to = self.cycle.exit_to
+        handed = to in exits.handed and to not in exits.keys  # a tail's entry: hand columns
+        suffix = exits.suffixes.get(to, b"") if handed else b""  # the tail's, appended now
+        traces = self._leaving_traces(metas.traces.take(rows), row_clocks[rows], suffix)
         zeros = pa.array(np.zeros(len(rows), np.int8))
         meta = [ts.combine_chunks(), fronts.combine_chunks(), traces, zeros]
         meta += [sources.combine_chunks(), positions.combine_chunks()]
-        to = self.cycle.exit_to
-        if to in exits.handed and to not in exits.keys:  # a tail's entry: hand the columns
+        if handed:
             keys = groups.dictionary.take(pa.array(groups.codes[rows]))
-            return item_rows(meta, to), ReducedColumns(keys, pa.array(totals[rows]))
+            return item_rows(meta, to), ReducedColumns(keys, pa.array(totals[rows]), suffix)
         keys_of = groups.keys
         payloads = list(
             map(Reduced, [keys_of[c] for c in groups.codes[rows].tolist()], totals[rows].tolist())
@@ -220,9 +222,12 @@ class SummedCycle:
         out.extend(to, payloads, [0] * len(rows), where)
         return out.batch(*meta), out.objects
 
-    def _leaving_traces(self, traces: pa.Array, clocks: np.ndarray) -> pa.Array:
-        """Each entering trace, the merge's ``(0,0)``, ``(clock, 0)`` and the exit tail."""
-        tail = self._after_clock
+    def _leaving_traces(self, traces: pa.Array, clocks: np.ndarray, suffix: bytes) -> pa.Array:
+        """Each entering trace, the merge's ``(0,0)``, ``(clock, 0)``, the exit tail, ``suffix``.
+
+        ``suffix``: what the tail taking the rows appends (one copy of the traces, not two).
+        """
+        tail = np.concatenate((self._after_clock, np.frombuffer(suffix, np.uint8)))
         record = np.zeros((len(clocks), 2 * LOCAL_BYTES - 4 + len(tail)), np.uint8)
         record[:, LOCAL_BYTES : LOCAL_BYTES + 8] = (
             clocks.astype(">u8").view(np.uint8).reshape(-1, 8)

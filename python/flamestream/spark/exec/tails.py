@@ -36,6 +36,12 @@ class WithTails:
         self._entries = [pa.array(tail.stage.entries, pa.string()) for tail in self.tails]
         # every row for a tail's entry goes through that tail here: hand it the objects
         keyed.exits.handed = frozenset(e for tail in self.tails for e in tail.stage.entries)
+        keyed.exits.suffixes = {
+            entry: tail.rendered.suffix
+            for tail in self.tails
+            if tail.rendered is not None
+            for entry in tail.stage.entries
+        }
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """The keyed stage's output with every tail's rows run through the tail."""
