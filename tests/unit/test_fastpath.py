@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -35,8 +36,9 @@ from flamestream.spark.exec.items import (
     encode_key,
     encode_payload,
     encode_trace,
+    sorted_by_meta,
 )
-from flamestream.spark.exec.keyed import KeyedRunner
+from flamestream.spark.exec.keyed import KeyedRunner, _run_bounds
 
 #: Traces an item may carry when it enters the cycle: siblings (child indexes), versions
 #: (logical times) and descendants (longer traces) of one global time.
@@ -558,3 +560,67 @@ def test_the_plain_templates_mostly_render_in_arrow():
     RENDERED_BATCHES.clear()
     test_templates_render_sums_in_arrow_as_python_does()
     assert sum(RENDERED_BATCHES) > len(RENDERED_BATCHES) / 2
+
+
+#: How many runs each batch of the property below was cut into.
+RUNS: list[int] = []
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), reducer=st.sampled_from(sorted(REDUCERS)), run_rows=st.integers(1, 5))
+def test_a_batch_in_runs_leaves_what_it_leaves_whole(data, reducer, run_rows):
+    """Releasing every update, a keyed task delivers a big batch in runs (``_runs``): the
+    rows (in meta order, as the sink releases them) and the state are the whole batch's on
+    the general path, whatever the run length and wherever global times fall."""
+    script = data.draw(batches(reducer))
+    fast = runner(reducer, latest=False, fast=True)
+    general = runner(reducer, latest=False, fast=False)
+    g = fast.grouping
+    states = [GroupingState(g.step_id, g.window, g.key) for _ in range(2)]
+    min_time = GlobalTime(-1, 0)
+    for events, gc_at in script:
+        collect = gc_at is not None and gc_at > min_time
+        if collect:
+            min_time = gc_at
+        if events:
+            rows = table(events)
+            fast_rows = dictionary_payloads(rows) if data.draw(st.booleans()) else rows
+            at = min_time if collect else None
+            runs = list(fast._runs(fast_rows, states[0], at, run_rows))
+            RUNS.append(len(runs))
+            got = sorted_by_meta(pa.Table.from_batches(runs)).to_pylist()
+            want = sorted_by_meta(pa.Table.from_batches([general._run(rows, states[1], at)]))
+            assert got == want.to_pylist()
+        if collect:
+            for state in states:
+                state.collect_garbage(min_time)
+        # the index's heap of times may be laid out otherwise (the same times, popped alike)
+        got_state, want_state = view(states[0]), view(states[1])
+        assert sorted(got_state[2]) == sorted(want_state[2])
+        assert got_state[:2] + got_state[3:] == want_state[:2] + want_state[3:]
+
+
+def test_the_batches_were_cut_into_runs():
+    """A guard on the property above: most batches were cut, some into many runs."""
+    RUNS.clear()
+    test_a_batch_in_runs_leaves_what_it_leaves_whole()
+    assert sum(n > 1 for n in RUNS) > len(RUNS) / 2
+    assert max(RUNS) >= 4
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 6), st.integers(0, 1)), min_size=1, max_size=40),
+    st.integers(1, 8),
+)
+def test_runs_end_where_global_times_do(times, rows):
+    """Runs cover the rows in order, each at least ``rows`` long but the last, and never cut
+    a global time."""
+    times = sorted(times)
+    batch = pa.table(
+        {"ts": [t for t, _ in times], "front": pa.array([f for _, f in times], pa.int32())}
+    )
+    bounds = _run_bounds(batch, rows)
+    assert [b for _, b in bounds][-1] == len(times) and bounds[0][0] == 0
+    assert all(end == start for (_, end), (start, _) in pairwise(bounds))
+    assert all(end - start >= rows for start, end in bounds[:-1])
+    assert all(times[end - 1] != times[end] for _, end in bounds[:-1])

@@ -12,6 +12,9 @@ so every key lives in one partition. A task of micro-batch ``b``:
 3. collects garbage below the batch's min-time (from the offset log, as the barrier sink
    does), writes snapshot ``b`` and removes all but the two newest.
 
+Releasing every update, a big batch is delivered in runs of rows (:data:`RUN_ROWS`), each
+run's leaving rows handed on as made: see :meth:`KeyedRunner._runs`.
+
 A replayed batch restores the same snapshot and so emits the same items and writes the same
 snapshot; a retried task overwrites its own. On a bounded input (``spark.read``) there is no
 batch id and the state lives for the task only.
@@ -21,8 +24,10 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
+from itertools import pairwise
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -60,6 +65,10 @@ from flamestream.spark.plan.stages import Stage
 #: The item row columns a keyed stage reads (``key`` only routed the shuffle, ``value`` is
 #: for sinks).
 _INPUT_COLUMNS = ("ts", "front", "trace", "flags", "source", "position", "to", "payload")
+
+
+#: Rows a keyed task delivers at once when it releases every update (``_runs``).
+RUN_ROWS = 1 << 18
 
 
 def key_partition(batches: list[pa.RecordBatch], grouping: str) -> int:
@@ -151,10 +160,11 @@ class KeyedRunner:
         2. Restore the partition's state as the batches before left it (``state_io``).
         3. Read the min-time garbage collection will keep above (before this batch's own
            loop sends, which cannot lower it).
-        4. Deliver the batch's rows in meta order, each to quiescence.
+        4. Deliver the batch's rows in meta order, each to quiescence, and hand the leaving
+           rows to Spark as they are made (a task's output counts only once it has ended,
+           after step 6).
         5. Send what leaves for the loop, with its ack contributions.
         6. Collect garbage below the min-time and save the state.
-        7. Hand the leaving rows to Spark.
         """
         tables = [b for b in batches if b.num_rows]
         if not tables:
@@ -180,7 +190,9 @@ class KeyedRunner:
         keys = [pa.concat_arrays([t.column("key") for t in tables])] if io.counts_keys else []
         table = sorted_by_meta(pa.Table.from_batches(tables).select(_INPUT_COLUMNS))
         del tables
-        output = self._run(table, state, min_time)
+        for output in self._runs(table, state, min_time):
+            if output.num_rows:
+                yield output
         del table
         if io.durable:
             # 5. loop sends
@@ -193,9 +205,33 @@ class KeyedRunner:
                 state.collect_garbage(min_time)
             io.save(partition, batch_id, state, keys)
             crash_point("graph.keyed.saved", batch_id)
-        # 7. leaving rows
-        if output.num_rows:
-            yield output
+
+    def _runs(
+        self,
+        table: pa.Table,
+        state: GroupingState,
+        min_time: GlobalTime | None,
+        rows: int = RUN_ROWS,
+    ) -> Iterator[pa.RecordBatch]:
+        """The rows leaving the stage for ``table`` (in meta order), run by run.
+
+        Releasing every update without a loop, a batch of more than ``rows`` rows is
+        delivered in runs of about that many, cut between global times. The rows are
+        delivered one by one in meta order either way, and a run leaves the state as the rows
+        before it left it, so the runs leave the rows and the state the whole batch leaves:
+        a replayed tuple ends at an item after the one arriving, hence of an earlier batch
+        (its determinant the state's) or of the same global time (the same run). What
+        changes is the working set: the every-update keyed task of word count (3 M rows)
+        made a dozen temporaries of 24-216 MB; per run they are small enough for the
+        allocator to reuse, and the rows leave for the sink as they are made. With
+        ``release="latest"`` a key's last row is known only at the batch's end; a loop's
+        sends are counted per batch: those batches run whole.
+        """
+        if self.latest or self.loop is not None or table.num_rows <= rows:
+            yield self._run(table, state, min_time)
+            return
+        for start, end in _run_bounds(table, rows):
+            yield self._run(table.slice(start, end - start), state, min_time)
 
     def _run(
         self, table: pa.Table, state: GroupingState, min_time: GlobalTime | None = None
@@ -307,6 +343,22 @@ class _Known(Mapping[GlobalTime, tuple[Any, Any]]):
 
     def __len__(self) -> int:
         return len(self.batch)
+
+
+def _run_bounds(table: pa.Table, rows: int) -> list[tuple[int, int]]:
+    """``table`` (in meta order) cut into runs, each ending where a global time does.
+
+    A run has at least ``rows`` rows, but the last may have fewer.
+    """
+    ts = table.column("ts").combine_chunks().to_numpy()
+    fronts = table.column("front").combine_chunks().to_numpy()
+    new_time = (ts[1:] != ts[:-1]) | (fronts[1:] != fronts[:-1])
+    firsts = np.flatnonzero(np.concatenate(([True], new_time)))  # where a run may start
+    bounds, size = [0], len(ts)
+    while bounds[-1] < size:
+        at = int(np.searchsorted(firsts, bounds[-1] + rows))
+        bounds.append(int(firsts[at]) if at < len(firsts) else size)
+    return list(pairwise(bounds))
 
 
 def _grouping_handler(

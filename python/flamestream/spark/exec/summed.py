@@ -68,6 +68,7 @@ class SummedCycle:
         self.cycle = cycle
         # (0,0) of the merge before a row's clock, and the 4 child bytes and exit tail after
         self._after_clock = np.frombuffer(bytes(4) + cycle.exit_tail, np.uint8)
+        self._parsed = _ParsedDictionary()
 
     @classmethod
     def of(cls, cycle: MapReduceCycle | None) -> SummedCycle | None:
@@ -103,17 +104,19 @@ class SummedCycle:
         # 1. plain
         if not rows or rows >= _ROWS_LIMIT or not self._plain(table, state, min_time):
             return None
-        # 2. pairs (a dictionary's read once per distinct payload: unpacked rows, .packed)
+        # 2. pairs (a dictionary's read once per distinct payload: unpacked rows, .packed;
+        # and once for the runs of a batch, which share it)
         payloads = table.column("payload").combine_chunks()
         coded = pa.types.is_dictionary(payloads.type)
-        pairs = _pairs(payloads.dictionary if coded else payloads)
+        pairs = self._parsed(payloads.dictionary) if coded else _pairs(payloads)
         if pairs is None:
             return None
         words, values = pairs
         # 3. keys
         if coded:
             indices = payloads.indices.to_numpy()
-            groups, values = _Groups.of_coded(words, indices), values[indices]
+            numbers = self._parsed.numbers()
+            groups, values = _Groups.of_coded(numbers, indices), values[indices]
         else:
             groups = _Groups.of_words(words)
         metas = _Metas(table)
@@ -386,9 +389,11 @@ class _Groups:
         return cls(encoded.dictionary, encoded.indices.to_numpy())
 
     @classmethod
-    def of_coded(cls, words: pa.Array, indices: np.ndarray) -> _Groups:
-        """The rows grouped by ``words[indices]`` (distinct indices may share a word)."""
-        encoded = pc.dictionary_encode(words)
+    def of_coded(cls, encoded: pa.DictionaryArray, indices: np.ndarray) -> _Groups:
+        """The rows grouped by ``words[indices]`` (distinct indices may share a word).
+
+        ``encoded``: the words' ``dictionary_encode``.
+        """
         rows = encoded.indices.to_numpy()[indices]  # a word's number per row ...
         seen = pc.dictionary_encode(pa.array(rows))  # ... renumbered in order of first sight
         return cls(encoded.dictionary.take(seen.dictionary), seen.indices.to_numpy())
@@ -410,6 +415,39 @@ class _Groups:
         out = np.empty_like(by_key)
         out[self.order] = by_key
         return out
+
+
+class _ParsedDictionary:
+    """The pairs of the last dictionary of payloads given, and its words numbered.
+
+    A keyed task's runs (``KeyedRunner._runs``) are slices of one batch, whose payloads share
+    one dictionary (the packed rows'): it is read once, not once per run. The dictionary is
+    held while it is the last one, so its buffers, by which it is recognized, stay its own.
+    """
+
+    def __init__(self) -> None:
+        self._last: tuple[Any, pa.Array, tuple[pa.Array, np.ndarray] | None] | None = None
+        self._numbers: pa.DictionaryArray | None = None
+
+    def __call__(self, dictionary: pa.Array) -> tuple[pa.Array, np.ndarray] | None:
+        """``_pairs(dictionary)``, read again only for another dictionary."""
+        buffers = tuple(
+            (b.address, b.size) if b is not None else None for b in dictionary.buffers()
+        )
+        key = (buffers, dictionary.offset, len(dictionary))
+        if self._last is None or self._last[0] != key:
+            self._last, self._numbers = (key, dictionary, _pairs(dictionary)), None
+        return self._last[2]
+
+    def numbers(self) -> pa.DictionaryArray:
+        """The last dictionary's words, ``dictionary_encode``d (made once)."""
+        assert self._last is not None and self._last[2] is not None  # noqa: S101
+        if self._numbers is None:
+            self._numbers = pc.dictionary_encode(self._last[2][0])
+        return self._numbers
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_last": None, "_numbers": None}  # what travels is the runner, not a batch
 
 
 def _pairs(payloads: pa.Array) -> tuple[pa.Array, np.ndarray] | None:
