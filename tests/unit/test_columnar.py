@@ -130,14 +130,20 @@ def test_arrow_splits_ascii_text_as_str_split_does(lines: list[str]):
     split=st.booleans(),
     clean=st.booleans(),
     latest=st.booleans(),
+    one_source=st.booleans(),
 )
 def test_the_columnar_count_sends_what_the_general_path_sends(
-    lines: list[tuple[str, int, int, int, str]], split: bool, clean: bool, latest: bool
+    lines: list[tuple[str, int, int, int, str]],
+    split: bool,
+    clean: bool,
+    latest: bool,
+    one_source: bool,
 ):
     """Byte for byte, and it runs for every batch the general path takes in order.
 
     ``clean``: a batch as a front reads it (ASCII text, unflagged, in order), so that the
-    columnar path runs in about half the examples.
+    columnar path runs in about half the examples. ``one_source``: all rows of one front and
+    source, as a read task's are (else several of each).
     """
     if clean:
         lines = [
@@ -154,10 +160,11 @@ def test_the_columnar_count_sends_what_the_general_path_sends(
         rows.append(
             {
                 "ts": ts,
-                "front": front,
+                "front": 0 if one_source else front,
                 "trace": b"",
                 "flags": flag,
-                "source": "in.txt" if n % 3 else f"{n % 2}.txt",  # packing groups by source
+                # packing groups by front and source
+                "source": "in.txt" if one_source or n % 3 else f"{n % 2}.txt",
                 "position": n,
                 "to": counted.entry,
                 "key": None,

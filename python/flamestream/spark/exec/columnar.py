@@ -117,19 +117,16 @@ class CountedText:
             return None
         words, rows = split
         data = words.cast(pa.binary())
-        at = pa.array(rows, pa.int64())
-        front, source = (batch.column(name).take(at) for name in ("front", "source"))
-        order, starts = group([front, source, data])
-        firsts = pa.array(order[starts])
+        firsts, order, starts, shared_of = _grouped(batch, rows, data)
         distinct = data.take(firsts)
         payload = _pickled_pairs(distinct, np.ones(len(distinct), np.int64))
         if payload is None:
             return None
         n = len(distinct)
         shared = {
-            "front": front.take(firsts),
+            "front": shared_of("front"),
             "flags": pa.repeat(pa.scalar(0, pa.int8()), n),
-            "source": source.take(firsts),
+            "source": shared_of("source"),
             "to": pa.repeat(pa.scalar(self.dest, pa.string()), n),
             "key": _text_keys(distinct),
             "payload": payload,
@@ -200,6 +197,32 @@ class CountedText:
 
 #: The separators ``str.split()`` knows in ASCII that ``ascii_split_whitespace`` does not.
 _FILE_SEPARATORS = "[\x1c-\x1f]"
+
+
+def _grouped(
+    batch: pa.RecordBatch, rows: np.ndarray, data: pa.Array
+) -> tuple[pa.Array, np.ndarray, np.ndarray, Callable[[str], pa.Array]]:
+    """The words grouped by front, source and word (``packed.group``).
+
+    Returns each group's first word, the order and starts as ``group`` gives them, and a
+    function giving a shared line column (``front``, ``source``) per group. A read task's
+    lines mostly have one front and one source: then they are not repeated and grouped per
+    word (1.2 M of them for 100,000 lines), which adds nothing to the words' grouping.
+    """
+    lines = {name: batch.column(name) for name in ("front", "source")}
+    if all(len(pc.unique(column)) == 1 for column in lines.values()):
+        order, starts = group([data])
+        return (
+            pa.array(order[starts]),
+            order,
+            starts,
+            lambda name: pa.repeat(lines[name][0], len(starts)),
+        )
+    at = pa.array(rows, pa.int64())
+    per_word = {name: column.take(at) for name, column in lines.items()}
+    order, starts = group([per_word["front"], per_word["source"], data])
+    firsts = pa.array(order[starts])
+    return firsts, order, starts, lambda name: per_word[name].take(firsts)
 
 
 def _words(text: pa.Array) -> tuple[pa.Array, np.ndarray] | None:
