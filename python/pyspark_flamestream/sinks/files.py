@@ -27,7 +27,7 @@ from pyspark import TaskContext
 
 from flamestream.errors import ConfigError
 from flamestream.spark.connector.options import OptionReader
-from flamestream.spark.connector.sink import SinkOutput
+from flamestream.spark.connector.sink import PartWriter, SinkOutput
 
 
 class FilesOutput(SinkOutput):
@@ -75,16 +75,17 @@ class FilesOutput(SinkOutput):
 
     def write_part(self, batch_id: int, partition_id: int, rows: pa.Table) -> str:
         """Write a task's part under a hidden name; the commit publishes it."""
-        fs, root = fsspec.core.url_to_fs(self.path)
-        fs.makedirs(root, exist_ok=True)
-        name = f"part-{batch_id:012d}-{partition_id:05d}.{self.suffix}"
-        context = TaskContext.get()
-        attempt = context.taskAttemptId() if context is not None else 0
-        # Each attempt writes its own file first, so concurrent attempts never interleave.
-        own = posixpath.join(root, f".{name}.{attempt}.tmp")
-        self._write(fs, own, rows)
-        fs.mv(own, posixpath.join(root, f".{name}.tmp"))
-        return name
+        part = self.open_part(batch_id, partition_id)
+        part.write(rows)
+        return part.close()
+
+    def open_part(self, batch_id: int, partition_id: int) -> PartWriter:
+        """A task's part, written as its blocks come (a Parquet row group, or lines, each).
+
+        Into a file of the task attempt's own, renamed to the part's hidden name when closed:
+        concurrent attempts never interleave.
+        """
+        return _FilesPart(self, batch_id, partition_id)
 
     def discard(self, batch_id: int, parts: list[str]) -> None:
         """Remove parts a replayed batch wrote after its commit had already been done."""
@@ -116,11 +117,52 @@ class FilesOutput(SinkOutput):
     def _write(self, fs: Any, path: str, rows: pa.Table) -> None:
         with fs.open(path, "wb") as out:
             if self.format == "parquet":
-                repeating = [name for name in DICTIONARY_COLUMNS if name in rows.column_names]
-                summed = [name for name in rows.column_names if name not in UNSUMMARIZED_COLUMNS]
-                pq.write_table(rows, out, use_dictionary=repeating, write_statistics=summed)
+                pq.write_table(rows, out, **_parquet_options(rows.schema))
             else:
                 _write_json_lines(out, rows)
+
+
+class _FilesPart(PartWriter):
+    """A write task's part file, written block by block (``FilesOutput.open_part``)."""
+
+    def __init__(self, output: FilesOutput, batch_id: int, partition_id: int) -> None:
+        self.fs, root = fsspec.core.url_to_fs(output.path)
+        self.fs.makedirs(root, exist_ok=True)
+        self.name = f"part-{batch_id:012d}-{partition_id:05d}.{output.suffix}"
+        context = TaskContext.get()
+        attempt = context.taskAttemptId() if context is not None else 0
+        self.own = posixpath.join(root, f".{self.name}.{attempt}.tmp")
+        self.hidden = posixpath.join(root, f".{self.name}.tmp")
+        self.parquet = output.format == "parquet"
+        self.out = self.fs.open(self.own, "wb")
+        self.writer: pq.ParquetWriter | None = None
+
+    def write(self, rows: pa.Table) -> None:
+        """Append ``rows``: a Parquet row group, or their lines."""
+        if not self.parquet:
+            if rows.num_rows:
+                _write_json_lines(self.out, rows)
+            return
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self.out, rows.schema, **_parquet_options(rows.schema))
+        if rows.num_rows:  # no empty row group
+            self.writer.write_table(rows)
+
+    def close(self) -> str:
+        """Finish the file and give it the part's hidden name (the commit publishes it)."""
+        if self.writer is not None:
+            self.writer.close()
+        self.out.close()
+        self.fs.mv(self.own, self.hidden)
+        return self.name
+
+
+def _parquet_options(schema: pa.Schema) -> dict[str, Any]:
+    """How the sink writes Parquet: dictionaries and statistics where they pay."""
+    return {
+        "use_dictionary": [name for name in DICTIONARY_COLUMNS if name in schema.names],
+        "write_statistics": [name for name in schema.names if name not in UNSUMMARIZED_COLUMNS],
+    }
 
 
 #: Parquet columns worth a dictionary: their values repeat (a source per file, a sink per

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import posixpath
 import time
-from collections.abc import Iterator
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -34,6 +35,7 @@ from pyspark.sql.types import StructType
 
 from flamestream.errors import ConfigError
 from flamestream.jvm import Shim
+from flamestream.model import GlobalTime
 from flamestream.spark.connector.barrier import (
     below,
     front_offsets,
@@ -49,6 +51,7 @@ from flamestream.spark.exec.items import (
     MAY_INVALIDATE,
     RELEASED_COLUMNS,
     TOMBSTONE,
+    ascending,
 )
 from flamestream.spark.exec.shipping import OPTION as STAGE_OPTION
 from flamestream.spark.exec.shipping import unship
@@ -66,6 +69,38 @@ def _released(items: pa.RecordBatch) -> pa.RecordBatch:
     """Item rows leaving the last stage (``to`` a sink) as the rows ``apply`` returns."""
     columns = {name: items.column("to" if name == "sink" else name) for name in RELEASED_COLUMNS}
     return pa.RecordBatch.from_pydict(columns)
+
+
+class PartWriter(ABC):
+    """A write task's part of a batch, written block by block where readers do not see it.
+
+    Runs in the write task. The blocks come in global-time order (the caller sees to it)
+    and all have one schema; ``close`` returns what ``SinkOutput.publish`` needs to make the
+    part visible. A retried task writes its part anew, never into an attempt's file.
+    """
+
+    @abstractmethod
+    def write(self, rows: pa.Table) -> None:
+        """Append ``rows`` to the part."""
+
+    @abstractmethod
+    def close(self) -> str:
+        """Finish the part (still hidden from readers); its name for ``publish``."""
+
+
+class _CollectedPart(PartWriter):
+    """A part written at once by ``SinkOutput.write_part``, for outputs that cannot stream."""
+
+    def __init__(self, output: SinkOutput, batch_id: int, partition_id: int) -> None:
+        self.output, self.batch_id, self.partition_id = output, batch_id, partition_id
+        self.blocks: list[pa.Table] = []
+
+    def write(self, rows: pa.Table) -> None:
+        self.blocks.append(rows)
+
+    def close(self) -> str:
+        rows = pa.concat_tables(self.blocks)
+        return self.output.write_part(self.batch_id, self.partition_id, rows)
 
 
 class SinkOutput:
@@ -90,6 +125,14 @@ class SinkOutput:
         """
         raise NotImplementedError
 
+    def open_part(self, batch_id: int, partition_id: int) -> PartWriter:
+        """A task's part of batch ``batch_id``, written as its rows come (:class:`PartWriter`).
+
+        By default the blocks are collected and written by :meth:`write_part` at the end; an
+        output that can append to a part streams them.
+        """
+        return _CollectedPart(self, batch_id, partition_id)
+
     def publish(self, batch_id: int, parts: list[str]) -> None:
         """Make the written ``parts`` batch ``batch_id``'s released output (idempotent)."""
         raise NotImplementedError
@@ -97,6 +140,74 @@ class SinkOutput:
     def discard(self, batch_id: int, parts: list[str]) -> None:
         """Remove written ``parts`` of a batch whose commit was done before (a replay)."""
         raise NotImplementedError
+
+
+def _ready(rows: pa.Table, min_time: GlobalTime) -> pa.Array:
+    """Rows a write task may release: below the min-time, not flagged."""
+    ready = below(rows, min_time)
+    if "flags" in rows.column_names:
+        plain = pc.equal(pc.bit_wise_and(rows.column("flags"), MAY_INVALIDATE | TOMBSTONE), 0)
+        ready = pc.and_(ready, plain)
+    return ready
+
+
+def fill_part(
+    part: OrderedPart, blocks: Iterable[pa.Table], min_time: GlobalTime
+) -> pa.Table | None:
+    """Steps 2 and 3 of ``BarrierWriter._release_part``; the rows left for the commit.
+
+    ``blocks``' releasable rows go into ``part`` in meta order, as far as they come so.
+    """
+    held: list[pa.Table] = []
+    for rows in blocks:
+        if rows.num_rows and pc.all(_ready(rows, min_time)).as_py() and part.takes(rows):
+            part.write(rows)
+        elif rows.num_rows:
+            held.append(rows)
+    if not held:
+        return None
+    table = pa.concat_tables(held)
+    out, rest = ready_and_rest(table, _ready(table, min_time))
+    if out.num_rows and part.takes(out):
+        part.write(out)
+        return rest
+    return pa.concat_tables([rest, out]) if out.num_rows else rest
+
+
+class OrderedPart:
+    """A task's part, opened at its first block, that takes blocks in meta order only."""
+
+    def __init__(self, output: SinkOutput, batch_id: int, partition_id: int) -> None:
+        self.output, self.batch_id, self.partition_id = output, batch_id, partition_id
+        self.writer: PartWriter | None = None
+        self.rows = 0
+        self.last: list[Any] | None = None  # the meta (ts, front[, trace]) of the last row
+
+    def takes(self, rows: pa.Table) -> bool:
+        """Whether ``rows`` are in meta order and none sorts before the part's last row."""
+        columns = [rows.column(n).combine_chunks() for n in _META if n in rows.column_names]
+        if any(column.null_count for column in columns):
+            return False
+        if rows.num_rows > 1 and not ascending(columns):  # (one row is in order)
+            return False
+        return self.last is None or [column[0].as_py() for column in columns] >= self.last
+
+    def write(self, rows: pa.Table) -> None:
+        """Append ``rows`` (which it :meth:`takes`)."""
+        if self.writer is None:
+            self.writer = self.output.open_part(self.batch_id, self.partition_id)
+        self.writer.write(rows)
+        self.rows += rows.num_rows
+        self.last = [rows.column(n)[-1].as_py() for n in _META if n in rows.column_names]
+
+    def close(self) -> str:
+        """The part's name, once finished."""
+        assert self.writer is not None  # noqa: S101
+        return self.writer.close()
+
+
+#: The columns of a row's meta, most significant first (``trace`` where rows carry one).
+_META = ("ts", "front", "trace")
 
 
 class StagedMessage(WriterCommitMessage):
@@ -140,31 +251,45 @@ class BarrierWriter(DataSourceStreamArrowWriter):
         partition_id = context.partitionId()
         if self.stage is not None:  # the graph's keyed stage first, then its released rows
             iterator = (_released(rows) for rows in self.stage(iterator))
-        batches = list(iterator)
-        table = pa.Table.from_batches(batches) if batches else pa.table({})
-        if self.release_in_tasks and table.num_rows:
-            message = self._release_part(batch_id, partition_id, table)
+        if self.release_in_tasks:
+            message = self._release_part(batch_id, partition_id, iterator)
         else:
+            batches = list(iterator)
+            table = pa.Table.from_batches(batches) if batches else pa.table({})
             message = StagedMessage(self.store.stage(batch_id, partition_id, table))
         crash_point("sink.write", batch_id)
         return message
 
-    def _release_part(self, batch_id: int, partition_id: int, table: pa.Table) -> StagedMessage:
+    def _release_part(
+        self, batch_id: int, partition_id: int, blocks: Iterator[pa.RecordBatch]
+    ) -> StagedMessage:
         """Write the rows below the batch's min-time as this task's part; stage the rest.
 
-        Rows flagged may-invalidate or tombstone (graph outputs after a replay) are staged: an
-        invalidation is decided across the batch and the buffer, in the commit.
+        1. Read the batch's min-time (in the offset log before the task ran).
+        2. Write each block that is releasable whole (below the min-time and not flagged: a
+           row flagged may-invalidate or tombstone, a graph's output after a replay, is
+           decided across the batch and the buffer, in the commit), in meta order and not
+           before the part's last row, to the part as it comes: a keyed stage yields its
+           runs so, and they are not held all at once. Hold any other block.
+        3. The held rows' releasable ones, sorted, end the part if none sorts before its last
+           row; else they are staged with the rest, and the commit releases them as
+           ``release=commit`` would.
+        4. Close the part (the commit publishes it) and stage the rest.
         """
-        ready = below(table, read_min_time(self.checkpoint, batch_id, in_task=True))
-        if "flags" in table.column_names:
-            plain = pc.equal(pc.bit_wise_and(table.column("flags"), MAY_INVALIDATE | TOMBSTONE), 0)
-            ready = pc.and_(ready, plain)
-        out, rest = ready_and_rest(table, ready)
-        part = self.store.stage(batch_id, partition_id, rest) if rest.num_rows else None
-        if not out.num_rows:
-            return StagedMessage(part)
-        written = self.output.write_part(batch_id, partition_id, out)
-        return StagedMessage(part, written, out.num_rows)
+        # 1. the min-time
+        min_time = read_min_time(self.checkpoint, batch_id, in_task=True)
+        # 2. and 3.
+        part = OrderedPart(self.output, batch_id, partition_id)
+        rest = fill_part(part, (pa.Table.from_batches([b]) for b in blocks), min_time)
+        # 4. the part and the rest
+        staged = None
+        if rest is not None and rest.num_rows:
+            staged = self.store.stage(batch_id, partition_id, rest)
+        if not part.rows:
+            if staged is None:  # the task had no rows: staged as before, empty
+                staged = self.store.stage(batch_id, partition_id, pa.table({}))
+            return StagedMessage(staged)
+        return StagedMessage(staged, part.close(), part.rows)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Merge the staged rows and release what the min-time allows (driver host)."""

@@ -192,7 +192,7 @@ def sorted_by_meta(table: pa.Table) -> pa.Table:
     columns = [table.column(name).combine_chunks() for name in names]
     if table.num_rows < 2 or any(column.null_count for column in columns):
         return table.sort_by([(name, "ascending") for name in names])
-    if _ascending(columns):
+    if ascending(columns):
         return table
     if len(columns) == 3:
         traces = pc.dictionary_encode(columns[2])
@@ -270,7 +270,7 @@ def _extended_matrix(traces: pa.Array, start: int, length: int, suffixes: np.nda
     return pa.BinaryArray.from_buffers(pa.binary(), rows, buffers)
 
 
-def _ascending(columns: list[pa.Array]) -> bool:
+def ascending(columns: list[pa.Array]) -> bool:
     """Whether the rows' keys (columns without nulls, most significant first) never fall."""
     rows = len(columns[0])
     after_all: Any = True  # rows whose later keys tie: so far none decides
