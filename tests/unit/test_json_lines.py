@@ -35,7 +35,14 @@ def tables(draw):
         "id": pa.array([draw(st.integers(-5, 5))] * n, pa.int32()),
     }
     keep = draw(st.lists(st.sampled_from(sorted(columns)), min_size=1, unique=True))
-    return pa.table({name: columns[name] for name in keep})
+    table = pa.table({name: columns[name] for name in keep})
+    if draw(st.booleans()):  # one column in chunks of its own, empty ones too (as a merged,
+        # sorted table has them when a column of one value was kept as it came)
+        name, cut = draw(st.sampled_from(keep)), draw(st.integers(0, n))
+        array = table.column(name).combine_chunks()
+        chunks = [array.slice(0, 0), array.slice(0, cut), array.slice(cut, 0), array.slice(cut)]
+        table = table.set_column(keep.index(name), name, pa.chunked_array(chunks, array.type))
+    return table
 
 
 @settings(max_examples=150, deadline=None)

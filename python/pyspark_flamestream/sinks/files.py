@@ -202,6 +202,8 @@ def _write_json_lines(out: Any, rows: pa.Table) -> None:
     heads = [("{" if i == 0 else ",") + json.dumps(n) + ":" for i, n in enumerate(names)]
     glue = pa.scalar("", _TEXT)
     for part in rows.to_batches(max_chunksize=JSON_SLICE):  # the table's chunks: no copy
+        if not part.num_rows:  # where a column's chunks are empty (they cut the others')
+            continue
         lines = pc.binary_join_element_wise(*_line_pieces(heads, part.columns), glue)
         out.write(memoryview(_text_buffer(lines)))  # no copy of the lines
 
