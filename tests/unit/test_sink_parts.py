@@ -111,3 +111,23 @@ def test_a_files_part_written_in_blocks_is_the_part_written_at_once():
             else:
                 assert pq.read_table(a).equals(pq.read_table(b))
                 assert pq.ParquetFile(a).metadata.num_row_groups == 3  # one per non-empty block
+
+
+def test_an_aborted_part_leaves_no_file():
+    """A task that fails mid-way (a step raised after some blocks were written) drops its
+    attempt's file; an ordered part whose blocks stop with an error does the same."""
+    rows = table([(n, 0, b"", 0) for n in range(10)], 0)
+    for fmt in ("parquet", "json"):
+        with tempfile.TemporaryDirectory() as folder:
+            part = OrderedPart(sink(folder, fmt), 4, 0)
+
+            def blocks() -> Any:
+                yield rows.slice(0, 5)
+                raise RuntimeError("a step raised")
+
+            try:
+                fill_part(part, blocks(), GlobalTime(99, 0))
+            except RuntimeError:
+                part.abort()
+            assert part.rows == 5
+            assert not list(Path(folder).iterdir())

@@ -156,6 +156,14 @@ class _FilesPart(PartWriter):
         self.fs.mv(self.own, self.hidden)
         return self.name
 
+    def abort(self) -> None:
+        """Close and remove the attempt's file."""
+        if self.writer is not None:  # closed first: else it writes its footer when collected
+            self.writer.close()
+        self.out.close()
+        if self.fs.exists(self.own):
+            self.fs.rm(self.own)
+
 
 def _parquet_options(schema: pa.Schema) -> dict[str, Any]:
     """How the sink writes Parquet: dictionaries and statistics where they pay."""

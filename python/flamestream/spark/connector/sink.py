@@ -87,6 +87,10 @@ class PartWriter(ABC):
     def close(self) -> str:
         """Finish the part (still hidden from readers); its name for ``publish``."""
 
+    @abstractmethod
+    def abort(self) -> None:
+        """Drop what was written: the task failed before the part was finished."""
+
 
 class _CollectedPart(PartWriter):
     """A part written at once by ``SinkOutput.write_part``, for outputs that cannot stream."""
@@ -101,6 +105,9 @@ class _CollectedPart(PartWriter):
     def close(self) -> str:
         rows = pa.concat_tables(self.blocks)
         return self.output.write_part(self.batch_id, self.partition_id, rows)
+
+    def abort(self) -> None:
+        self.blocks.clear()  # nothing was written yet
 
 
 class SinkOutput:
@@ -205,6 +212,11 @@ class OrderedPart:
         assert self.writer is not None  # noqa: S101
         return self.writer.close()
 
+    def abort(self) -> None:
+        """Drop the part, if begun."""
+        if self.writer is not None:
+            self.writer.abort()
+
 
 #: The columns of a row's meta, most significant first (``trace`` where rows carry one).
 _META = ("ts", "front", "trace")
@@ -280,7 +292,11 @@ class BarrierWriter(DataSourceStreamArrowWriter):
         min_time = read_min_time(self.checkpoint, batch_id, in_task=True)
         # 2. and 3.
         part = OrderedPart(self.output, batch_id, partition_id)
-        rest = fill_part(part, (pa.Table.from_batches([b]) for b in blocks), min_time)
+        try:
+            rest = fill_part(part, (pa.Table.from_batches([b]) for b in blocks), min_time)
+        except BaseException:  # a failed task (a step that raised) leaves no half part behind
+            part.abort()
+            raise
         # 4. the part and the rest
         staged = None
         if rest is not None and rest.num_rows:
