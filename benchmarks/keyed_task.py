@@ -1,0 +1,181 @@
+"""Word count's keyed write task in one process: the Python a sink write task runs, phase by phase.
+
+``python -m benchmarks.keyed_task [--lines N] [--files F] [--release every|latest]
+[--partitions P] [--repeat R] [--pause S]``
+
+What the Spark benchmarks cannot show: where a write task's Python time goes. Without Spark,
+it makes what the shuffle would hand a key partition and runs on it what the sink's write
+task runs, timing each phase:
+
+1. the front's reads (not timed): each corpus file's lines as a files front's rows, through
+   the graph's first stage as the fronts run it (``FrontStage.read``: split and count in
+   Arrow, packed for ``every``, combined per word for ``latest``);
+2. the shuffle (not timed): the rows of key partition 0 of ``--partitions``, by a CRC-32 of
+   the key (Spark hashes with Murmur3: another split, as skewed), file after file as the
+   map outputs come;
+3. ``unpack`` and the sort by meta, as ``KeyedRunner._partition`` does them;
+4. the keyed stage (``KeyedRunner._runs``), its render tail (``WithTails``) and the part the
+   sink writes as the runs come (``sink.fill_part`` into a Parquet part), below a min-time
+   that releases everything;
+5. the state's snapshot.
+
+Run it with ``.venv/bin/flamestream-python -m benchmarks.keyed_task``: started for a module,
+the launcher gives it the jemalloc options Spark's workers get (docs/connectors.md).
+``--pause`` sleeps between repetitions: on a virtual machine that hands freed pages back to
+its host, a task's first touch of fresh memory is what a Spark worker meets between batches.
+Prints JSON: per phase the median seconds and every run, the rows, the peak resident set.
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import tempfile
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from benchmarks.compare.corpus import corpus
+from benchmarks.lib import cli
+from benchmarks.lib.record import emit, load_averages, machine
+from benchmarks.lib.stats import median
+from benchmarks.lib.workloads import word_count_graph
+
+#: Where generated corpora are kept (shared with ``make bench-compare``).
+CORPUS_DIR = Path(__file__).resolve().parent.parent / ".bench"
+#: Lines per front read block (the files front reads blocks of bytes; about this many lines).
+BLOCK_LINES = 16_384
+PHASES = ("unpack_sort", "keyed_render_write", "snapshot")
+
+
+def front_blocks(path: Path, front: int) -> Iterator[pa.RecordBatch]:
+    """A file's lines as a files front's rows: ts by line, its front, source, byte offset."""
+    from flamestream.spark.connector.front import META_FIELDS
+
+    lines = path.read_text().splitlines()
+    offsets = np.concatenate(([0], np.cumsum([len(line) + 1 for line in lines])[:-1]))
+    schema = pa.schema([*META_FIELDS, pa.field("value", pa.string())])
+    for start in range(0, len(lines), BLOCK_LINES):
+        part = lines[start : start + BLOCK_LINES]
+        n = len(part)
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.array(np.arange(start, start + n) + 1, pa.int64()),
+                pa.array(np.full(n, front), pa.int32()),
+                pa.array([str(path)] * n, pa.string()),
+                pa.array(offsets[start : start + n], pa.int64()),
+                pa.array(part, pa.string()),
+            ],
+            schema=schema,
+        )
+
+
+def shuffled(graph: Any, files: list[Path], partitions: int) -> list[pa.RecordBatch]:
+    """Key partition 0's rows of the first stage's output, file by file (steps 1 and 2)."""
+    stage = graph._front_stage("value")
+    mine = []
+    for front, path in enumerate(files):
+        for rows in stage.read(front_blocks(path, front)):
+            keys = rows.column("key").to_pylist()
+            hits = [zlib.crc32(key) % partitions == 0 for key in keys]
+            if any(hits):
+                mine.append(rows.filter(pa.array(hits)))
+    return mine
+
+
+def once(graph: Any, rows: list[pa.RecordBatch], out: Path) -> dict[str, float]:
+    """Steps 3 to 5 on ``rows``, timed."""
+    from flamestream.model import GlobalTime
+    from flamestream.runtime.grouping import GroupingState
+    from flamestream.spark.connector.options import OptionReader
+    from flamestream.spark.connector.sink import OrderedPart, _released, fill_part
+    from flamestream.spark.exec.items import sorted_by_meta
+    from flamestream.spark.exec.keyed import _INPUT_COLUMNS, KeyedRunner
+    from flamestream.spark.exec.packed import is_packed, unpack
+    from flamestream.spark.exec.tails import WithTails
+    from pyspark_flamestream.sinks.files import FilesOutput
+
+    (plan,) = [s for s in graph.stages if s.grouping]
+    keyed = KeyedRunner(
+        graph.graph, plan, graph.keys, graph.render, latest=graph.release == "latest"
+    )
+    task = WithTails(keyed, [graph._runner(t, named=False) for t in graph.plan.tails(plan)])
+    g = keyed.grouping
+    state = GroupingState(g.step_id, g.window, g.key)
+    everything = GlobalTime(2**62, 0)
+    sink = FilesOutput(OptionReader("sink files", {"path": str(out), "format": "parquet"}))
+    began = time.perf_counter()
+    tables = [unpack(b) for b in rows] if is_packed(rows[0].schema) else list(rows)
+    table = sorted_by_meta(pa.Table.from_batches(tables).select(_INPUT_COLUMNS))
+    del tables
+    sorted_at = time.perf_counter()
+
+    def released() -> Iterator[pa.Table]:
+        for output in keyed._runs(table, state, everything):
+            for done in task.through_tails(output, keyed.handed_payloads):
+                yield pa.Table.from_batches([_released(done)])
+
+    part = OrderedPart(sink, 0, 0)
+    left = fill_part(part, released(), everything)
+    if (left is not None and left.num_rows) or not part.rows:
+        msg = "every row below the min-time should go into the part"
+        raise AssertionError(msg)
+    part.close()
+    written = time.perf_counter()
+    state.snapshot()
+    ended = time.perf_counter()
+    return {
+        "unpack_sort": sorted_at - began,
+        "keyed_render_write": written - sorted_at,
+        "snapshot": ended - written,
+        "rows_in": table.num_rows,
+        "rows_out": part.rows,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the phases ``--repeat`` times on one key partition; print JSON."""
+    made = cli.parser(__doc__, timeout=600.0)
+    cli.flag(made, "--lines", 400_000, "corpus lines")
+    cli.flag(made, "--files", 4, "corpus files")
+    cli.flag(made, "--release", "every", "what the count releases", choices=["every", "latest"])
+    cli.flag(made, "--partitions", 2, "key partitions (the task runs partition 0)")
+    cli.flag(made, "--pause", 0.0, "seconds slept between repetitions")
+    args = made.parse_args(argv)
+    from flamestream.spark import SparkGraph
+
+    load_before = load_averages()
+    graph = SparkGraph(word_count_graph(commutative=True, declared=True), release=args.release)
+    made_corpus = corpus(CORPUS_DIR, args.lines, args.files)
+    files = sorted(made_corpus.path.glob("*.txt"))
+    rows = shuffled(graph, files, args.partitions)
+    runs: list[dict[str, float]] = []
+    with tempfile.TemporaryDirectory() as work:
+        for nth in range(args.warmup + args.repeat):
+            run = once(graph, rows, Path(work) / f"out-{nth}")
+            if nth >= args.warmup:
+                runs.append(run)
+            time.sleep(args.pause)
+    report = {
+        "benchmark": "keyed_task",
+        "input": {"lines": args.lines, "files": args.files, "release": args.release},
+        "partition": f"0 of {args.partitions} (CRC-32 of the key)",
+        "rows_in": runs[0]["rows_in"],
+        "rows_out": runs[0]["rows_out"],
+        "seconds_median": {p: median(r[p] for r in runs) for p in PHASES},
+        "seconds_runs": {p: [round(r[p], 3) for r in runs] for p in PHASES},
+        "total_median": median(sum(r[p] for p in PHASES) for r in runs),
+        "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3),
+        "pause": args.pause,
+        "machine": machine(load_before=load_before[0]),
+    }
+    return emit(report)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
