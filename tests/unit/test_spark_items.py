@@ -126,3 +126,12 @@ def test_stable_order_is_numpys_stable_argsort(data, bound):
     array = np.array(values, np.int64)
     expected = np.argsort(array, kind="stable")
     assert stable_order(array, bound).tolist() == expected.tolist()
+
+
+def test_stable_order_keeps_ties_in_order_over_many_rows():
+    """Many ties in every 16-bit digit, sorted in several passes: stable all through."""
+    rng = np.random.default_rng(7)
+    for bound in (2**20, 2**40, 2**62):
+        values = rng.integers(0, 8, 20_000) * (bound // 8) + rng.integers(0, 3, 20_000)
+        expected = np.argsort(values, kind="stable")
+        assert stable_order(values, bound).tolist() == expected.tolist()

@@ -226,13 +226,15 @@ def stable_order(values: np.ndarray, bound: int) -> np.ndarray:
     """The stable ascending order of ``values``, non-negative integers below ``bound``.
 
     numpy sorts 16-bit integers stably by radix, in one pass: 3 M word numbers 0.03 s, where
-    as 64-bit integers they took 0.26-0.34 s (and as 32-bit ones 0.2 s).
+    as 64-bit integers they took 0.26-0.34 s (and as 32-bit ones 0.2 s). Wider values are
+    sorted 16 bits at a time, least significant first (a stable pass per digit keeps the
+    order of the digits below): 2 M keys of 24 bits 0.18 -> 0.05 s.
     """
-    if bound <= 1 << 16:
-        values = values.astype(np.uint16)
-    elif bound <= 1 << 32:
-        values = values.astype(np.uint32)
-    order: np.ndarray = np.argsort(values, kind="stable")
+    wide = values.astype(np.uint64, copy=False)
+    order: np.ndarray = np.argsort((wide & np.uint64(0xFFFF)).astype(np.uint16), kind="stable")
+    for shift in range(16, (max(bound, 1) - 1).bit_length(), 16):
+        digit = ((wide[order] >> np.uint64(shift)) & np.uint64(0xFFFF)).astype(np.uint16)
+        order = order[np.argsort(digit, kind="stable")]
     return order
 
 
