@@ -66,8 +66,6 @@ class SummedCycle:
 
     def __init__(self, cycle: MapReduceCycle) -> None:
         self.cycle = cycle
-        # (0,0) of the merge before a row's clock, and the 4 child bytes and exit tail after
-        self._after_clock = np.frombuffer(bytes(4) + cycle.exit_tail, np.uint8)
         self._parsed = _ParsedDictionary()
 
     @classmethod
@@ -230,13 +228,7 @@ class SummedCycle:
 
         ``suffix``: what the tail taking the rows appends (one copy of the traces, not two).
         """
-        tail = np.concatenate((self._after_clock, np.frombuffer(suffix, np.uint8)))
-        record = np.zeros((len(clocks), 2 * LOCAL_BYTES - 4 + len(tail)), np.uint8)
-        record[:, LOCAL_BYTES : LOCAL_BYTES + 8] = (
-            clocks.astype(">u8").view(np.uint8).reshape(-1, 8)
-        )
-        record[:, LOCAL_BYTES + 8 :] = tail
-        return extended_traces(traces, record)
+        return _through_the_merge(traces, clocks, self.cycle.exit_tail + suffix)
 
     def _settle(
         self,
@@ -255,12 +247,8 @@ class SummedCycle:
         block, heads = before
         totals, clocks = finals
         lasts = groups.last_rows
-        record = np.zeros((len(clocks), 2 * LOCAL_BYTES + len(self.cycle.back_bytes)), np.uint8)
-        record[:, LOCAL_BYTES : LOCAL_BYTES + 8] = (
-            (clocks - 1).astype(">u8").view(np.uint8).reshape(-1, 8)
-        )
-        record[:, 2 * LOCAL_BYTES :] = np.frombuffer(self.cycle.back_bytes, np.uint8)
-        traces = extended_traces(metas.traces.take(pa.array(lasts)), record)
+        entering = metas.traces.take(pa.array(lasts))
+        traces = _through_the_merge(entering, clocks - 1, self.cycle.back_bytes)
         times = (metas.ts[lasts], metas.fronts[lasts])
         settled = block.with_batch(heads.rows, groups.dictionary, totals, clocks, times, traces)
         appended = 2 * len(groups.codes)
@@ -448,6 +436,18 @@ class _ParsedDictionary:
 
     def __getstate__(self) -> dict[str, Any]:
         return {"_last": None, "_numbers": None}  # what travels is the runner, not a batch
+
+
+def _through_the_merge(traces: pa.Array, clocks: np.ndarray, tail: bytes) -> pa.Array:
+    """Each entering trace, the merge's ``(0,0)``, ``(clock, 0)`` and ``tail`` (encoded).
+
+    The traces of the rows a summing cycle makes: a leaving row's (``tail``: the way out,
+    and what the tail taking it appends) and a settled item's (the way back).
+    """
+    record = np.zeros((len(clocks), 2 * LOCAL_BYTES + len(tail)), np.uint8)
+    record[:, LOCAL_BYTES : LOCAL_BYTES + 8] = clocks.astype(">u8").view(np.uint8).reshape(-1, 8)
+    record[:, 2 * LOCAL_BYTES :] = np.frombuffer(tail, np.uint8)
+    return extended_traces(traces, record)
 
 
 def _pairs(payloads: pa.Array) -> tuple[pa.Array, np.ndarray] | None:
