@@ -230,16 +230,22 @@ class Shim:
 def conf_defaults(shim: Shim | None = None) -> dict[str, str]:
     """Option defaults from ``spark.flamestream.*`` confs: ``{option name: value}``.
 
-    Empty without a running shim (options then come from ``.option(...)`` alone).
+    Without such a conf, ``readTasks`` defaults to the Spark context's default parallelism
+    (a front's batch then takes one wave of read tasks). Empty without a running shim
+    (options then come from ``.option(...)`` alone).
     """
     shim = shim if shim is not None else Shim.find()
     if shim is None:
         return {}
     try:
-        confs = shim.conf()
+        reply = shim.request("conf")
     except ShimError:
         return {}
-    return {key[len(CONF_PREFIX) :]: value for key, value in confs.items()}
+    defaults = {key[len(CONF_PREFIX) :]: value for key, value in reply["conf"].items()}
+    parallelism = reply.get("parallelism")
+    if parallelism and not any(key.lower() == "readtasks" for key in defaults):
+        defaults["readTasks"] = str(parallelism)
+    return defaults
 
 
 def main(argv: list[str]) -> int:

@@ -398,13 +398,15 @@ def test_latest_reads_a_partition_added_while_the_query_runs_from_its_start(
         deadline, end = time.monotonic() + 60, first
         while time.monotonic() < deadline:  # planning sees new partitions within a second
             end = front.latestOffset(first, ReadAllAvailable())
-            if any(p.value.key == f"{kafka_topic}-3" for p in front.partitions(first, end)):
+            planned = [r for p in front.partitions(first, end) for r in p.value.ranges]
+            if any(r.key == f"{kafka_topic}-3" for r in planned):
                 break
             time.sleep(0.2)
         got = sorted(
-            (part.value.key, value.decode())
-            for part in front.partitions(first, end)
-            for batch in front.source.read_range(part.value)
+            (part.key, value.decode())
+            for task in front.partitions(first, end)
+            for part in task.value.ranges
+            for batch in front.source.read_range(part)
             for value in batch.column("value").to_pylist()
         )
     finally:

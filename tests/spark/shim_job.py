@@ -15,7 +15,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from flamestream.jvm import Shim
+from flamestream.jvm import Shim, conf_defaults
 
 
 def main(base: Path) -> dict[str, Any]:
@@ -68,6 +68,8 @@ def main(base: Path) -> dict[str, Any]:
     spark.sql("SET spark.flamestream.targetLatencyMs=9000")
     out["setOverFile"] = run("setfile", controller="on", minRecordsPerTrigger=10)
     out["optionOverSet"] = run("optset", controller="on", targetLatencyMs=7000)
+    out["packed"] = run("packed", partitions=4)  # 4 sources, readTasks = parallelism = 2
+    out["defaults"] = conf_defaults(shim)
     out["hello"] = shim.request("hello")
     out["progress"] = {query: len(events) for query, events in shim.progress().items()}
     controller = out["fileDefault"]["last"]["controller"]["id"]

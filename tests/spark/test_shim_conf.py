@@ -109,3 +109,12 @@ def test_a_missing_or_foreign_jar_is_a_clear_error(tmp_path: Path, monkeypatch) 
         )
     with pytest.raises(ShimError, match=r"built for Spark '3\.5\.1'"):
         check_jar(foreign)
+
+
+def test_read_tasks_default_to_the_default_parallelism(result: dict[str, Any]) -> None:
+    assert result["defaults"]["readTasks"] == "2"  # local[2]
+    assert result["defaults"]["targetLatencyMs"] == "9000"  # confs still there
+    batches = result["tasks"][result["packed"]["id"]]
+    read = [stage["tasks"] for b in batches for stage in b["stages"] if stage["tasks"]]
+    assert read and max(len(tasks) for tasks in read) == 2  # 4 sources, 2 tasks
+    assert sum(task[2] for tasks in read for task in tasks) == 60  # every record, once

@@ -15,12 +15,20 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from flamestream.errors import ConfigError, FlameStreamError, RecordError
 from flamestream.model import GlobalTime
 from flamestream.spark.connector.front import FrontReader, FrontSource, ReaderConfig
-from flamestream.spark.connector.offsets import OFFSET_VERSION, FrontOffset, FrontRange
+from flamestream.spark.connector.offsets import (
+    OFFSET_VERSION,
+    FrontOffset,
+    FrontRange,
+    packed_ranges,
+)
+from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.connector.stamping import clamp_times, json_field_times
 
 
@@ -120,11 +128,16 @@ def test_global_times_do_not_depend_on_read_limits_or_restarts(clock: str):
     for _ in range(25):
         limits = [rng.choice([None, 1, 2, 3, 5, 7]) for _ in range(rng.randint(1, 4))]
         restarts = frozenset(rng.sample(range(1, 12), rng.randint(0, 3)))
-        rows, _ = run(lambda: reader(ListSource(INPUT), clock=clock), limits, restarts=restarts)
+        tasks = rng.choice([None, 1, 2, 3])  # how the ranges are packed into read tasks
+        rows, _ = run(
+            lambda: reader(ListSource(INPUT), clock=clock, read_tasks=tasks),  # noqa: B023
+            limits,
+            restarts=restarts,
+        )
         assert len(rows) == sum(len(v) for v in INPUT.values())
         if expected is None:
             expected = sorted(rows)
-        assert sorted(rows) == expected, (limits, restarts)
+        assert sorted(rows) == expected, (limits, restarts, tasks)
     assert expected is not None
     by_front: dict[int, list[int]] = {}
     for ts, front, _ in expected:
@@ -337,3 +350,32 @@ def test_a_record_time_batch_cannot_be_replayed_without_record_times():
     end = planner.latestOffset(start, ReadMaxRows(3))
     with pytest.raises(FlameStreamError, match="planned with clock=record"):
         reader(NoTimes(INPUT), clock="logical").partitions(start, end)
+
+
+@given(
+    st.lists(st.integers(min_value=1, max_value=1000), max_size=12),
+    st.one_of(st.none(), st.integers(min_value=1, max_value=8)),
+)
+def test_packed_ranges_read_every_range_once_in_balanced_tasks(sizes: list[int], tasks):
+    ranges = [FrontRange(f"s{i}", i, 10, 10 + size, 0) for i, size in enumerate(sizes)]
+    packed = packed_ranges(ranges, tasks)
+    read = [r for task in packed for r in task.ranges]
+    assert sorted(read, key=lambda r: r.front) == ranges  # each range exactly once
+    assert all(task.ranges for task in packed)  # no empty task
+    assert len(packed) == (len(ranges) if tasks is None else min(tasks, len(ranges)))
+    for task in packed:  # a task reads its ranges in planning order
+        assert [r.front for r in task.ranges] == sorted(r.front for r in task.ranges)
+    if ranges and tasks is not None:  # greedy largest-first: at most the mean plus a range
+        loads = [sum(r.end - r.start for r in task.ranges) for task in packed]
+        assert max(loads) <= sum(sizes) / len(packed) + max(sizes)
+    assert packed_ranges(ranges, tasks) == packed  # pure: a replay packs the same
+
+
+def test_read_tasks_pack_a_batch_and_zero_is_refused():
+    front = reader(ListSource(INPUT), read_tasks=2)
+    start = front.initialOffset()
+    end = front.latestOffset(start, ReadAllAvailable())
+    parts = front.partitions(start, end)
+    assert [[r.key for r in p.value.ranges] for p in parts] == [["c"], ["a", "b"]]
+    with pytest.raises(ConfigError, match="readTasks"):
+        ReaderConfig.parse(OptionReader("front lists", {"readTasks": "0"}))

@@ -50,6 +50,8 @@ from flamestream.spark.connector.offsets import (
     FrontRange,
     FrontState,
     OffsetError,
+    ReadTask,
+    packed_ranges,
 )
 from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.connector.stamping import CLOCKS, clamp_times
@@ -155,6 +157,8 @@ class ReaderConfig:
     idle_timeout_ms: int | None = None
     #: a graph's first stage, run in the read tasks (set by ``apply``, not by users)
     stage: ShippedFrontStage | None = None
+    #: the most read tasks a batch's sources are packed into (None: one task per source)
+    read_tasks: int | None = None
 
     @classmethod
     def parse(cls, options: OptionReader, limit_alias: str | None = None) -> ReaderConfig:
@@ -181,6 +185,7 @@ class ReaderConfig:
         on = options.choice("controller", ["off", "on"], "off") == "on"
         budget = Budget.parse(options, max_records if on else None)  # validated either way
         idle = options.optional_integer("idleTimeoutMs", minimum=1)
+        read_tasks = options.optional_integer("readTasks", minimum=1)
         stage = options.raw(STAGE_OPTION)
         return cls(
             id_base=id_base,
@@ -189,6 +194,7 @@ class ReaderConfig:
             controller=budget if on else None,
             idle_timeout_ms=idle,
             stage=ShippedFrontStage(stage) if stage else None,
+            read_tasks=read_tasks,
         )
 
 
@@ -203,6 +209,7 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.budget = config.controller
         self.idle_timeout_ms = config.idle_timeout_ms
         self.stage = config.stage
+        self.read_tasks = config.read_tasks
         if self.stage is not None:
             self.stage.check(source.payload_fields(), f"front {source.kind}")
         if self.clock == "record" and source.record_time_from is None:
@@ -493,10 +500,16 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return limited, total - budget
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        """One task per source that moved, carrying everything needed to stamp it.
+        """The ranges of the sources that moved, packed into at most ``readTasks`` tasks.
 
-        Everything comes from the two offsets: a replayed batch stamps exactly as planned.
+        Each range carries everything needed to stamp it, and everything comes from the two
+        offsets: a replayed batch stamps exactly as planned.
         """
+        ranges = self._ranges(start, end)
+        return [InputPartition(task) for task in packed_ranges(ranges, self.read_tasks)]
+
+    def _ranges(self, start: dict[str, Any], end: dict[str, Any]) -> list[FrontRange]:
+        """One range per source that moved between the two offsets."""
         begin, finish = FrontOffset.from_json(start), FrontOffset.from_json(end)
         if finish.clock == "record" and self.source.record_time_from is None:
             msg = (
@@ -507,7 +520,7 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise OffsetError(msg)
         before = {f.key: f for f in begin.fronts}
         first_seen = dict(finish.first_seen)
-        parts = []
+        parts: list[FrontRange] = []
         for f in finish.fronts:
             known = before.get(f.key)
             if known is not None:
@@ -524,9 +537,7 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             else:
                 base = max(finish.base, known.next if known is not None else begin.horizon)
             record = finish.clock == "record"
-            parts.append(
-                InputPartition(FrontRange(f.key, f.front, first, f.position, base, record))
-            )
+            parts.append(FrontRange(f.key, f.front, first, f.position, base, record))
         return parts
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -539,14 +550,19 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # --- reading (executors) -----------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """The range's records as Arrow batches, stamped; as item rows with a graph stage."""
-        setup_worker()
-        rows = self._stamped(partition)
-        yield from rows if self.stage is None else self.stage.read(rows)
+        """The task's records as Arrow batches, stamped; as item rows with a graph stage.
 
-    def _stamped(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        Range after range, each through the stage on its own: a range's rows come in meta
+        order, which the stage's map-side combine relies on; two ranges' rows together do not.
+        """
+        setup_worker()
+        task: ReadTask = partition.value
+        for part in task.ranges:
+            rows = self._stamped(part)
+            yield from rows if self.stage is None else self.stage.read(rows)
+
+    def _stamped(self, part: FrontRange) -> Iterator[pa.RecordBatch]:
         """The range's records as Arrow batches, stamped with their global times."""
-        part: FrontRange = partition.value
         schema = pa.schema(META_FIELDS + self.source.payload_fields())
         batch_id = batch_id_of_task()
         front = pa.scalar(part.front, pa.int32())

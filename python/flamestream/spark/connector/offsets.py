@@ -147,3 +147,32 @@ class FrontRange:
     end: int
     base: int
     record_time: bool = False
+
+
+@dataclass(frozen=True)
+class ReadTask:
+    """What one read task reads: its ranges, one after another (each stamped on its own)."""
+
+    ranges: tuple[FrontRange, ...]
+
+
+def packed_ranges(ranges: list[FrontRange], tasks: int | None) -> list[ReadTask]:
+    """``ranges`` packed into at most ``tasks`` read tasks of about equal records.
+
+    ``None``: one task per range. Largest range first to the task with the fewest records so
+    far (the lowest-numbered on a tie), so each task's load is at most the mean plus one
+    range. A range is never split. Pure: the same ranges give the same tasks, in a replay too
+    (nothing a task reads or stamps depends on which task reads it; fewer, fuller tasks save
+    the per-task start that, on 2 cores, made 4 small files take 2 waves).
+    """
+    if tasks is None or tasks >= len(ranges):
+        return [ReadTask((r,)) for r in ranges]
+    loads = [0] * tasks
+    chosen: list[list[int]] = [[] for _ in range(tasks)]
+    by_size = sorted(range(len(ranges)), key=lambda i: (-(ranges[i].end - ranges[i].start), i))
+    for i in by_size:
+        lightest = min(range(tasks), key=lambda t: (loads[t], t))
+        loads[lightest] += ranges[i].end - ranges[i].start
+        chosen[lightest].append(i)
+    # each task reads its ranges in the order they were planned
+    return [ReadTask(tuple(ranges[i] for i in sorted(picked))) for picked in chosen if picked]

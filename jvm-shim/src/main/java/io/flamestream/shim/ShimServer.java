@@ -30,7 +30,7 @@ import scala.jdk.javaapi.CollectionConverters;
  * secret from the rendezvous file, which only this machine's user can read.
  *
  * <p>Operations: {@code hello} (versions), {@code conf} ({@code spark.flamestream.*} of the
- * default session, over the Spark configuration), {@code progress} (optionally only events
+ * default session, over the Spark configuration, and the context's default parallelism), {@code progress} (optionally only events
  * containing {@code match}, the {@code last} few) and {@code tasks} (what the listeners
  * collected), {@code metrics} (set gauges), {@code gauges} (their values).
  */
@@ -123,7 +123,14 @@ final class ShimServer implements Runnable {
         reply.put("progressListener", telemetry.progressListenerInstalled());
         reply.put("counts", telemetry.counts());
       }
-      case "conf" -> reply.put("conf", flamestreamConf());
+      case "conf" -> {
+        reply.put("conf", flamestreamConf());
+        // fronts pack a batch's sources into this many read tasks unless told otherwise
+        Option<SparkSession> session = SparkSession.getDefaultSession();
+        if (session.isDefined()) {
+          reply.put("parallelism", session.get().sparkContext().defaultParallelism());
+        }
+      }
       case "progress" -> reply.put(
           "progress",
           telemetry.progress(request.path("match").asText(""), request.path("last").asInt(0)));
