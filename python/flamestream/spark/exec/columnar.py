@@ -225,6 +225,17 @@ def _grouped(
     return firsts, order, starts, lambda name: per_word[name].take(firsts)
 
 
+def _has_file_separators(text: pa.Array) -> bool:
+    """Whether ASCII ``text`` holds a byte 0x1c-0x1f (a regex search took 4 times as long)."""
+    if not len(text):
+        return False
+    _, offsets_buffer, data_buffer = text.buffers()
+    wide = np.int64 if pa.types.is_large_string(text.type) else np.int32
+    first, last = np.frombuffer(offsets_buffer, wide)[[text.offset, text.offset + len(text)]]
+    data = np.frombuffer(data_buffer, np.uint8)[first:last]
+    return bool((np.subtract(data, 0x1C, dtype=np.uint8) < 4).any())  # wraps below 0x1c
+
+
 def _words(text: pa.Array) -> tuple[pa.Array, np.ndarray] | None:
     """Each line's words as ``str.split()`` makes them, and the row each word comes from.
 
@@ -233,7 +244,7 @@ def _words(text: pa.Array) -> tuple[pa.Array, np.ndarray] | None:
     """
     if not pc.all(pc.string_is_ascii(text)).as_py():
         return None
-    if pc.any(pc.match_substring_regex(text, _FILE_SEPARATORS)).as_py():
+    if _has_file_separators(text):
         text = pc.replace_substring_regex(text, _FILE_SEPARATORS, " ")  # a separator as well
     lists = pc.ascii_split_whitespace(text)
     pieces = pc.list_flatten(lists)
