@@ -37,8 +37,11 @@ $(SHIM): $(STAMP) $(SHIM_SOURCES)
 # Spark puts pyspark.zip and the py4j zip (sources only) first on every Python process's
 # PYTHONPATH; add bytecode to them so those processes do not compile pyspark again on each
 # start (python/flamestream/workers.py). Idempotent; reruns after pyspark is reinstalled.
+# The project's own modules too: an interpreter that may not write bytecode
+# (PYTHONDONTWRITEBYTECODE) compiled them at every start, 10 ms of each flamestream-python's.
 $(PRECOMPILED): $(STAMP) python/flamestream/workers.py $(SPARK_ZIPS)
 	$(PY) -m flamestream.workers precompile
+	$(PY) -m compileall -q python
 	touch $(PRECOMPILED)
 
 setup: $(STAMP) $(SHIM) $(PRECOMPILED)  ## create .venv, install flamestream with its dev tools, build the JVM shim, precompile Spark's Python zips

@@ -5,10 +5,16 @@ cycles allowed), test it on the reference runtime (:mod:`flamestream.testing`), 
 Spark (coming with the Spark runtime).
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from __future__ import annotations
 
+import importlib
+
+# not imported from ``typing``: every process Spark starts imports this package first (through
+# ``flamestream-python``), and ``typing`` takes 16 ms to import
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from flamestream.errors import (
         ConfigError,
         FlameStreamError,
