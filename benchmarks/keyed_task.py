@@ -15,7 +15,7 @@ task runs, timing each phase:
    map outputs come;
 3. ``unpack`` and the sort by meta, as ``KeyedRunner._partition`` does them;
 4. the keyed stage (``KeyedRunner._runs``), its render tail (``WithTails``) and the part the
-   sink writes as the runs come (``sink.fill_part`` into a Parquet part), below a min-time
+   sink writes as the runs come (``sink.fill_parts`` into a Parquet part), below a min-time
    that releases everything;
 5. the state's snapshot.
 
@@ -93,7 +93,7 @@ def once(graph: Any, rows: list[pa.RecordBatch], out: Path) -> dict[str, float]:
     from flamestream.model import GlobalTime
     from flamestream.runtime.grouping import GroupingState
     from flamestream.spark.connector.options import OptionReader
-    from flamestream.spark.connector.sink import OrderedPart, _released, fill_part
+    from flamestream.spark.connector.sink import TaskParts, _released, fill_parts
     from flamestream.spark.exec.items import sorted_by_meta
     from flamestream.spark.exec.keyed import _INPUT_COLUMNS, KeyedRunner
     from flamestream.spark.exec.packed import is_packed, unpack
@@ -120,12 +120,12 @@ def once(graph: Any, rows: list[pa.RecordBatch], out: Path) -> dict[str, float]:
             for done in task.through_tails(output, keyed.handed_payloads):
                 yield pa.Table.from_batches([_released(done)])
 
-    part = OrderedPart(sink, 0, 0)
-    left = fill_part(part, released(), everything)
-    if (left is not None and left.num_rows) or not part.rows:
-        msg = "every row below the min-time should go into the part"
+    parts = TaskParts(sink, 0, 0)
+    left = fill_parts(parts, released(), everything)
+    if (left is not None and left.num_rows) or len(parts.parts) != 1:
+        msg = "every row below the min-time should go into one part"
         raise AssertionError(msg)
-    part.close()
+    parts.close()
     written = time.perf_counter()
     state.snapshot()
     ended = time.perf_counter()
@@ -134,7 +134,7 @@ def once(graph: Any, rows: list[pa.RecordBatch], out: Path) -> dict[str, float]:
         "keyed_render_write": written - sorted_at,
         "snapshot": ended - written,
         "rows_in": table.num_rows,
-        "rows_out": part.rows,
+        "rows_out": parts.rows,
     }
 
 

@@ -1,4 +1,4 @@
-"""A write task's part with ``release=tasks``: written block by block, in meta order only."""
+"""A write task's parts with ``release=tasks``: written block by block, each in meta order."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json
 import pyarrow.parquet as pq
 from hypothesis import given, settings
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 
 from flamestream.model import GlobalTime
 from flamestream.spark.connector.options import OptionReader
-from flamestream.spark.connector.sink import OrderedPart, fill_part
+from flamestream.spark.connector.sink import STREAMED_PARTS, TaskParts, _ready, fill_parts
 from flamestream.spark.exec.items import MAY_INVALIDATE, TOMBSTONE
 from pyspark_flamestream.sinks.files import FilesOutput
 
@@ -45,8 +46,11 @@ def sink(folder: str, fmt: str) -> FilesOutput:
     return FilesOutput(OptionReader("sink files", {"path": folder, "format": fmt}))
 
 
-def read_part(folder: str, fmt: str) -> list[dict[str, Any]]:
-    (path,) = Path(folder).glob(".part-*.tmp")  # the hidden name the commit publishes
+def read_part(folder: str, fmt: str, name: str | None = None) -> list[dict[str, Any]]:
+    if name is None:
+        (path,) = Path(folder).glob(".part-*.tmp")  # the hidden name the commit publishes
+    else:
+        path = Path(folder) / f".{name}.tmp"
     if fmt == "parquet":
         return pq.read_table(path).to_pylist()
     return pa.json.read_json(path).to_pylist() if path.stat().st_size else []
@@ -65,10 +69,11 @@ def key(row: dict[str, Any]) -> tuple[Any, ...]:
     min_ts=st.integers(0, 6),
     in_order=st.booleans(),
 )
-def test_a_part_takes_releasable_rows_in_meta_order_and_loses_none(blocks, min_ts, in_order):
-    """Every row ends in the part or left for the commit, once; the part holds only rows
-    below the min-time and unflagged, in meta order; blocks that come releasable and in
-    order (a keyed stage's runs) all go into the part."""
+def test_parts_take_releasable_rows_in_meta_order_and_lose_none(blocks, min_ts, in_order):
+    """Every row ends in a part or left for the commit, once; the parts hold only rows
+    below the min-time and unflagged, each part in meta order; the commit gets only the
+    others; blocks that come releasable and in order (a keyed stage's runs) all go into one
+    part."""
     if in_order:  # as a keyed stage yields them: each run sorted, runs one after another
         rows = sorted(r[:3] for rows, _ in blocks for r in rows)
         cuts = [len(rows) * n // len(blocks) for n in range(len(blocks) + 1)]
@@ -81,17 +86,47 @@ def test_a_part_takes_releasable_rows_in_meta_order_and_loses_none(blocks, min_t
         first += len(rows)
     min_time = GlobalTime(min_ts, 0)
     with tempfile.TemporaryDirectory() as folder:
-        part = OrderedPart(sink(folder, "parquet"), 3, 1)
-        rest = fill_part(part, tables, min_time)
-        written = read_part(folder, "parquet") if part.rows and part.close() else []
+        parts = TaskParts(sink(folder, "parquet"), 3, 1)
+        rest = fill_parts(parts, tables, min_time)
+        names = parts.close()
+        written = [read_part(folder, "parquet", name) for name in names]
     left = rest.to_pylist() if rest is not None else []
     everything = [row for t in tables for row in t.to_pylist()]
-    assert Counter(map(str, written + left)) == Counter(map(str, everything))
-    assert len(written) == part.rows
-    assert [key(r) for r in written] == sorted(key(r) for r in written)
-    assert all((r["ts"], r["front"]) < tuple(min_time) and r["flags"] == 0 for r in written)
+    rows = [row for part in written for row in part]
+    assert Counter(map(str, rows + left)) == Counter(map(str, everything))
+    assert len(rows) == parts.rows and len(names) <= STREAMED_PARTS + 1
+    for part in written:
+        assert [key(r) for r in part] == sorted(key(r) for r in part)
+    assert all((r["ts"], r["front"]) < tuple(min_time) and r["flags"] == 0 for r in rows)
+    if rest is not None:  # only what a task may not release waits for the commit
+        assert not pc.any(_ready(rest, min_time)).as_py()
     if in_order:
-        assert rest is None and part.rows == len(everything)
+        assert rest is None
+        assert names == (["part-000000000003-00001.parquet"] if everything else [])
+
+
+@settings(max_examples=30, deadline=None)
+@given(ranges=st.lists(st.lists(st.integers(0, 30), max_size=12), min_size=1, max_size=12))
+def test_a_read_tasks_ranges_make_a_part_each_and_wait_for_nothing(ranges):
+    """A packed read task's rows: range after range, each in meta order, overlapping in
+    global time. Each range's blocks go into a part of their own as they come, up to
+    STREAMED_PARTS; the later ones are held and end in one more part, sorted."""
+    tables, first = [], 0
+    for front, times in enumerate(ranges):
+        rows = [(ts, front, b"", 0) for ts in sorted(times)]
+        half = len(rows) // 2
+        tables += [table(rows[:half], first), table(rows[half:], first + half)]
+        first += len(rows)
+    with tempfile.TemporaryDirectory() as folder:
+        parts = TaskParts(sink(folder, "json"), 0, 2)
+        rest = fill_parts(parts, tables, GlobalTime(99, 0))
+        names = parts.close()
+        written = [read_part(folder, "json", name) for name in names]
+    assert rest is None or not rest.num_rows  # nothing left to the commit
+    assert sum(map(len, written)) == first
+    for part in written:
+        assert [key(r) for r in part] == sorted(key(r) for r in part)
+    assert len(names) <= min(STREAMED_PARTS + 1, sum(1 for times in ranges if times))
 
 
 def test_a_files_part_written_in_blocks_is_the_part_written_at_once():
@@ -119,15 +154,16 @@ def test_an_aborted_part_leaves_no_file():
     rows = table([(n, 0, b"", 0) for n in range(10)], 0)
     for fmt in ("parquet", "json"):
         with tempfile.TemporaryDirectory() as folder:
-            part = OrderedPart(sink(folder, fmt), 4, 0)
+            parts = TaskParts(sink(folder, fmt), 4, 0)
 
             def blocks() -> Any:
-                yield rows.slice(0, 5)
+                yield rows.slice(5, 5)
+                yield rows.slice(0, 5)  # a second part
                 raise RuntimeError("a step raised")
 
             try:
-                fill_part(part, blocks(), GlobalTime(99, 0))
+                fill_parts(parts, blocks(), GlobalTime(99, 0))
             except RuntimeError:
-                part.abort()
-            assert part.rows == 5
+                parts.abort()
+            assert parts.rows == 10 and len(parts.parts) == 2
             assert not list(Path(folder).iterdir())

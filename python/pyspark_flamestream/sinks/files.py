@@ -2,11 +2,12 @@
 
 With ``release=commit`` (default) a batch is one file, ``part-<batch id>.jsonl`` (or
 ``.parquet``), sorted by global time. With ``release=tasks`` each write task writes its own
-sorted part, ``part-<batch id>-<partition>.jsonl``, under a hidden name (``.`` prefix, which
-Spark and most readers skip) that the batch's commit renames; the commit also removes parts of
-that batch that an earlier attempt left and this one did not write. Either way files are
-written through a temporary name and a replayed batch overwrites its own files, so readers
-never see a duplicate.
+sorted part, ``part-<batch id>-<partition>.jsonl`` (more parts, ``…-<partition>-<k>.jsonl``,
+when its rows come in several runs of global-time order, as a read task's sources do), under
+a hidden name (``.`` prefix, which Spark and most readers skip) that the batch's commit
+renames; the commit also removes parts of that batch that an earlier attempt left and this
+one did not write. Either way files are written through a temporary name and a replayed
+batch overwrites its own files, so readers never see a duplicate.
 
 Options: ``path`` (required), ``format`` (``json`` or ``parquet``), ``release`` (``commit``
 or ``tasks``), plus the common sink options (``checkpointLocation``, ``stateLocation``).
@@ -73,19 +74,19 @@ class FilesOutput(SinkOutput):
         self._write(fs, temporary, rows)
         fs.mv(temporary, target)
 
-    def write_part(self, batch_id: int, partition_id: int, rows: pa.Table) -> str:
+    def write_part(self, batch_id: int, partition_id: int, rows: pa.Table, run: int = 0) -> str:
         """Write a task's part under a hidden name; the commit publishes it."""
-        part = self.open_part(batch_id, partition_id)
+        part = self.open_part(batch_id, partition_id, run)
         part.write(rows)
         return part.close()
 
-    def open_part(self, batch_id: int, partition_id: int) -> PartWriter:
+    def open_part(self, batch_id: int, partition_id: int, run: int = 0) -> PartWriter:
         """A task's part, written as its blocks come (a Parquet row group, or lines, each).
 
         Into a file of the task attempt's own, renamed to the part's hidden name when closed:
         concurrent attempts never interleave.
         """
-        return _FilesPart(self, batch_id, partition_id)
+        return _FilesPart(self, batch_id, partition_id, run)
 
     def discard(self, batch_id: int, parts: list[str]) -> None:
         """Remove parts a replayed batch wrote after its commit had already been done."""
@@ -125,10 +126,11 @@ class FilesOutput(SinkOutput):
 class _FilesPart(PartWriter):
     """A write task's part file, written block by block (``FilesOutput.open_part``)."""
 
-    def __init__(self, output: FilesOutput, batch_id: int, partition_id: int) -> None:
+    def __init__(self, output: FilesOutput, batch_id: int, partition_id: int, run: int) -> None:
         self.fs, root = fsspec.core.url_to_fs(output.path)
         self.fs.makedirs(root, exist_ok=True)
-        self.name = f"part-{batch_id:012d}-{partition_id:05d}.{output.suffix}"
+        more = f"-{run}" if run else ""  # a task's further parts (most tasks write one)
+        self.name = f"part-{batch_id:012d}-{partition_id:05d}{more}.{output.suffix}"
         context = TaskContext.get()
         attempt = context.taskAttemptId() if context is not None else 0
         self.own = posixpath.join(root, f".{self.name}.{attempt}.tmp")

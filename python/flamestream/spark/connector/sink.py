@@ -24,7 +24,7 @@ from __future__ import annotations
 import posixpath
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -95,8 +95,9 @@ class PartWriter(ABC):
 class _CollectedPart(PartWriter):
     """A part written at once by ``SinkOutput.write_part``, for outputs that cannot stream."""
 
-    def __init__(self, output: SinkOutput, batch_id: int, partition_id: int) -> None:
+    def __init__(self, output: SinkOutput, batch_id: int, partition_id: int, run: int) -> None:
         self.output, self.batch_id, self.partition_id = output, batch_id, partition_id
+        self.run = run
         self.blocks: list[pa.Table] = []
 
     def write(self, rows: pa.Table) -> None:
@@ -104,7 +105,7 @@ class _CollectedPart(PartWriter):
 
     def close(self) -> str:
         rows = pa.concat_tables(self.blocks)
-        return self.output.write_part(self.batch_id, self.partition_id, rows)
+        return self.output.write_part(self.batch_id, self.partition_id, rows, self.run)
 
     def abort(self) -> None:
         self.blocks.clear()  # nothing was written yet
@@ -125,20 +126,21 @@ class SinkOutput:
         """Write ``rows`` (sorted by global time) as batch ``batch_id``'s output."""
         raise NotImplementedError
 
-    def write_part(self, batch_id: int, partition_id: int, rows: pa.Table) -> str:
-        """Write a task's part of batch ``batch_id`` where readers do not see it yet.
+    def write_part(self, batch_id: int, partition_id: int, rows: pa.Table, run: int = 0) -> str:
+        """Write a task's part ``run`` of batch ``batch_id`` where readers do not see it yet.
 
         Returns what :meth:`publish` needs to make it visible. A retried task overwrites it.
         """
         raise NotImplementedError
 
-    def open_part(self, batch_id: int, partition_id: int) -> PartWriter:
-        """A task's part of batch ``batch_id``, written as its rows come (:class:`PartWriter`).
+    def open_part(self, batch_id: int, partition_id: int, run: int = 0) -> PartWriter:
+        """A task's part ``run`` of batch ``batch_id``, written as its rows come.
 
-        By default the blocks are collected and written by :meth:`write_part` at the end; an
-        output that can append to a part streams them.
+        A task writes one part per run of rows in meta order (``TaskParts``): most write
+        one. By default the blocks are collected and written by :meth:`write_part` at the
+        end; an output that can append to a part streams them.
         """
-        return _CollectedPart(self, batch_id, partition_id)
+        return _CollectedPart(self, batch_id, partition_id, run)
 
     def publish(self, batch_id: int, parts: list[str]) -> None:
         """Make the written ``parts`` batch ``batch_id``'s released output (idempotent)."""
@@ -158,51 +160,64 @@ def _ready(rows: pa.Table, min_time: GlobalTime) -> pa.Array:
     return ready
 
 
-def fill_part(
-    part: OrderedPart, blocks: Iterable[pa.Table], min_time: GlobalTime
+def fill_parts(
+    parts: TaskParts, blocks: Iterable[pa.Table], min_time: GlobalTime
 ) -> pa.Table | None:
     """Steps 2 and 3 of ``BarrierWriter._release_part``; the rows left for the commit.
 
-    ``blocks``' releasable rows go into ``part`` in meta order, as far as they come so.
+    ``blocks``' releasable rows go into ``parts`` in meta order, as they come where they can
+    (a keyed stage's runs into one part, a read task's ranges one part each); the others
+    are held, and their releasable rows, sorted, go last into a part. What is left for the
+    commit: the rows above the min-time or flagged.
     """
     held: list[pa.Table] = []
     for rows in blocks:
-        if rows.num_rows and pc.all(_ready(rows, min_time)).as_py() and part.takes(rows):
-            part.write(rows)
-        elif rows.num_rows:
+        if not rows.num_rows:
+            continue
+        if not (pc.all(_ready(rows, min_time)).as_py() and parts.stream(rows)):
             held.append(rows)
     if not held:
         return None
     table = pa.concat_tables(held)
     out, rest = ready_and_rest(table, _ready(table, min_time))
-    if out.num_rows and part.takes(out):
-        part.write(out)
-        return rest
-    return pa.concat_tables([rest, out]) if out.num_rows else rest
+    if out.num_rows:
+        parts.end(out)
+    return rest
+
+
+def first_meta(rows: pa.Table) -> list[Any] | None:
+    """The meta (ts, front[, trace]) of the first of ``rows`` if they are in meta order."""
+    columns = [rows.column(n).combine_chunks() for n in _META if n in rows.column_names]
+    if any(column.null_count for column in columns):
+        return None
+    if rows.num_rows > 1 and not ascending(columns):  # (one row is in order)
+        return None
+    return [column[0].as_py() for column in columns]
 
 
 class OrderedPart:
     """A task's part, opened at its first block, that takes blocks in meta order only."""
 
-    def __init__(self, output: SinkOutput, batch_id: int, partition_id: int) -> None:
+    def __init__(self, output: SinkOutput, batch_id: int, partition_id: int, run: int = 0):
         self.output, self.batch_id, self.partition_id = output, batch_id, partition_id
+        self.run = run
         self.writer: PartWriter | None = None
         self.rows = 0
         self.last: list[Any] | None = None  # the meta (ts, front[, trace]) of the last row
 
     def takes(self, rows: pa.Table) -> bool:
         """Whether ``rows`` are in meta order and none sorts before the part's last row."""
-        columns = [rows.column(n).combine_chunks() for n in _META if n in rows.column_names]
-        if any(column.null_count for column in columns):
-            return False
-        if rows.num_rows > 1 and not ascending(columns):  # (one row is in order)
-            return False
-        return self.last is None or [column[0].as_py() for column in columns] >= self.last
+        first = first_meta(rows)
+        return first is not None and self.follows(first)
+
+    def follows(self, first: list[Any]) -> bool:
+        """Whether rows whose first meta is ``first`` (and in order) may be appended."""
+        return self.last is None or first >= self.last
 
     def write(self, rows: pa.Table) -> None:
         """Append ``rows`` (which it :meth:`takes`)."""
         if self.writer is None:
-            self.writer = self.output.open_part(self.batch_id, self.partition_id)
+            self.writer = self.output.open_part(self.batch_id, self.partition_id, self.run)
         self.writer.write(rows)
         self.rows += rows.num_rows
         self.last = [rows.column(n)[-1].as_py() for n in _META if n in rows.column_names]
@@ -221,13 +236,72 @@ class OrderedPart:
 #: The columns of a row's meta, most significant first (``trace`` where rows carry one).
 _META = ("ts", "front", "trace")
 
+#: The most parts a write task streams rows into; rows that fit none are held and, sorted,
+#: end a part (or make one more). A read task packs its sources' ranges one after another,
+#: each in meta order but overlapping the others in global time: a part per range.
+STREAMED_PARTS = 8
+
+
+class TaskParts:
+    """A write task's parts (``release=tasks``): each one in meta order, most tasks one.
+
+    A block in meta order goes into the part whose last row is the latest not after the
+    block's first (the tightest fit), else into a new part while fewer than
+    :data:`STREAMED_PARTS` are open; else it is held. Each part is a file, sorted on its
+    own, as the parts of different tasks are.
+    """
+
+    def __init__(self, output: SinkOutput, batch_id: int, partition_id: int) -> None:
+        self.output, self.batch_id, self.partition_id = output, batch_id, partition_id
+        self.parts: list[OrderedPart] = []
+
+    @property
+    def rows(self) -> int:
+        """Rows written into the parts."""
+        return sum(part.rows for part in self.parts)
+
+    def stream(self, rows: pa.Table) -> bool:
+        """Write ``rows`` into a part as they come; False if they are to be held."""
+        first = first_meta(rows)
+        if first is None:
+            return False
+        part = self._fitting(first)
+        if part is None and len(self.parts) >= STREAMED_PARTS:
+            return False
+        (part or self._opened()).write(rows)
+        return True
+
+    def end(self, rows: pa.Table) -> None:
+        """Write sorted ``rows`` (the held ones) after a part's last row, or as a new part."""
+        first = first_meta(rows)
+        assert first is not None  # noqa: S101 - sorted by the caller
+        (self._fitting(first) or self._opened()).write(rows)
+
+    def _fitting(self, first: list[Any]) -> OrderedPart | None:
+        fits = [part for part in self.parts if part.follows(first)]
+        return max(fits, key=lambda part: part.last or [], default=None)
+
+    def _opened(self) -> OrderedPart:
+        part = OrderedPart(self.output, self.batch_id, self.partition_id, len(self.parts))
+        self.parts.append(part)
+        return part
+
+    def close(self) -> list[str]:
+        """The written parts' names, once finished."""
+        return [part.close() for part in self.parts if part.rows]
+
+    def abort(self) -> None:
+        """Drop every part begun."""
+        for part in self.parts:
+            part.abort()
+
 
 class StagedMessage(WriterCommitMessage):
     """A write task's commit message: its staged rows and, with ``release=tasks``, its part."""
 
-    def __init__(self, part: StagedPart | None, released: str | None = None, rows: int = 0):
+    def __init__(self, part: StagedPart | None, released: Sequence[str] = (), rows: int = 0):
         self.part = part
-        self.released = released  #: the task's unpublished output part, if it wrote one
+        self.released = list(released)  #: the task's unpublished output parts
         self.released_rows = rows
 
 
@@ -275,44 +349,45 @@ class BarrierWriter(DataSourceStreamArrowWriter):
     def _release_part(
         self, batch_id: int, partition_id: int, blocks: Iterator[pa.RecordBatch]
     ) -> StagedMessage:
-        """Write the rows below the batch's min-time as this task's part; stage the rest.
+        """Write the rows below the batch's min-time as this task's parts; stage the rest.
 
         1. Read the batch's min-time (in the offset log before the task ran).
         2. Write each block that is releasable whole (below the min-time and not flagged: a
            row flagged may-invalidate or tombstone, a graph's output after a replay, is
-           decided across the batch and the buffer, in the commit), in meta order and not
-           before the part's last row, to the part as it comes: a keyed stage yields its
-           runs so, and they are not held all at once. Hold any other block.
-        3. The held rows' releasable ones, sorted, end the part if none sorts before its last
-           row; else they are staged with the rest, and the commit releases them as
-           ``release=commit`` would.
-        4. Close the part (the commit publishes it) and stage the rest.
+           decided across the batch and the buffer, in the commit) and in meta order to a
+           part as it comes, after the part's last row (``TaskParts``): a keyed stage yields
+           its runs so, and they are not held all at once; a read task's ranges each make a
+           part. Hold any other block.
+        3. The held rows' releasable ones, sorted, end a part if none sorts before its last
+           row, else make one more part.
+        4. Close the parts (the commit publishes them) and stage the rest (rows above the
+           min-time or flagged), which the commit releases as ``release=commit`` would.
         """
         # 1. the min-time
         min_time = read_min_time(self.checkpoint, batch_id, in_task=True)
         # 2. and 3.
-        part = OrderedPart(self.output, batch_id, partition_id)
+        parts = TaskParts(self.output, batch_id, partition_id)
         try:
-            rest = fill_part(part, (pa.Table.from_batches([b]) for b in blocks), min_time)
+            rest = fill_parts(parts, (pa.Table.from_batches([b]) for b in blocks), min_time)
         except BaseException:  # a failed task (a step that raised) leaves no half part behind
-            part.abort()
+            parts.abort()
             raise
-        # 4. the part and the rest
+        # 4. the parts and the rest
         staged = None
         if rest is not None and rest.num_rows:
             staged = self.store.stage(batch_id, partition_id, rest)
-        if not part.rows:
+        if not parts.rows:
             if staged is None:  # the task had no rows: staged as before, empty
                 staged = self.store.stage(batch_id, partition_id, pa.table({}))
             return StagedMessage(staged)
-        return StagedMessage(staged, part.close(), part.rows)
+        return StagedMessage(staged, parts.close(), parts.rows)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Merge the staged rows and release what the min-time allows (driver host)."""
         crash_point("sink.commit.start", batchId)
         staged = [m for m in messages if isinstance(m, StagedMessage)]
         parts = [m.part for m in staged]
-        written = sorted(m.released for m in staged if m.released is not None)
+        written = sorted(name for m in staged for name in m.released)
         offsets = front_offsets(self.checkpoint, batchId)  # read once: min-time and metrics
         min_time = read_min_time(self.checkpoint, batchId, offsets=offsets)
 
