@@ -205,9 +205,15 @@ class Shim:
             raise ShimError(msg)
         return reply
 
-    def conf(self) -> dict[str, str]:
-        """``spark.flamestream.*`` of the default session (SET) over the Spark configuration."""
-        return dict(self.request("conf")["conf"])
+    def conf(self) -> tuple[dict[str, str], int | None]:
+        """``spark.flamestream.*`` confs, and the context's default parallelism.
+
+        The confs: the default session's (SET) over the Spark configuration. The parallelism
+        is None before a session exists.
+        """
+        reply = self.request("conf")
+        parallelism = reply.get("parallelism")
+        return dict(reply["conf"]), int(parallelism) if parallelism else None
 
     def push_metrics(self, scope: str, values: Mapping[str, float]) -> None:
         """Set gauges ``<scope>.<name>`` in Spark's metrics system (best effort)."""
@@ -238,11 +244,10 @@ def conf_defaults(shim: Shim | None = None) -> dict[str, str]:
     if shim is None:
         return {}
     try:
-        reply = shim.request("conf")
+        confs, parallelism = shim.conf()
     except ShimError:
         return {}
-    defaults = {key[len(CONF_PREFIX) :]: value for key, value in reply["conf"].items()}
-    parallelism = reply.get("parallelism")
+    defaults = {key[len(CONF_PREFIX) :]: value for key, value in confs.items()}
     if parallelism and not any(key.lower() == "readtasks" for key in defaults):
         defaults["readTasks"] = str(parallelism)
     return defaults

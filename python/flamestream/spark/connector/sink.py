@@ -205,17 +205,12 @@ class OrderedPart:
         self.rows = 0
         self.last: list[Any] | None = None  # the meta (ts, front[, trace]) of the last row
 
-    def takes(self, rows: pa.Table) -> bool:
-        """Whether ``rows`` are in meta order and none sorts before the part's last row."""
-        first = first_meta(rows)
-        return first is not None and self.follows(first)
-
     def follows(self, first: list[Any]) -> bool:
         """Whether rows whose first meta is ``first`` (and in order) may be appended."""
         return self.last is None or first >= self.last
 
     def write(self, rows: pa.Table) -> None:
-        """Append ``rows`` (which it :meth:`takes`)."""
+        """Append ``rows``, in meta order and :meth:`follows` the part's last row."""
         if self.writer is None:
             self.writer = self.output.open_part(self.batch_id, self.partition_id, self.run)
         self.writer.write(rows)
@@ -297,7 +292,7 @@ class TaskParts:
 
 
 class StagedMessage(WriterCommitMessage):
-    """A write task's commit message: its staged rows and, with ``release=tasks``, its part."""
+    """A write task's commit message: its staged rows and, with ``release=tasks``, its parts."""
 
     def __init__(self, part: StagedPart | None, released: Sequence[str] = (), rows: int = 0):
         self.part = part
