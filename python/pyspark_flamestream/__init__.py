@@ -37,6 +37,7 @@ from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.connector.sink import BarrierWriter, SinkOutput
 from flamestream.spark.control.channels import ControlReader, LoopReader
 from flamestream.spark.control.key_layout import EVEN, GAIN, MIN_ITEMS, SKEW, ElasticPolicy
+from flamestream.spark.exec.blocks import BLOCK_SCHEMA
 from flamestream.spark.exec.items import ITEM_SCHEMA
 from flamestream.spark.exec.packed import PACKED_SCHEMA
 
@@ -132,7 +133,7 @@ class FlameStreamDataSource(DataSource):
 
         A graph's internal channels (``channel=loop`` or ``control``), and a front running a
         graph's first stage (``apply`` given readers), give item rows instead (packed when
-        the stage says so).
+        the stage says so, or in blocks of them, see ``flamestream.spark.exec.blocks``).
         """
         from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -140,6 +141,8 @@ class FlameStreamDataSource(DataSource):
             return from_arrow_schema(ITEM_SCHEMA)
         source, config = self._front_source()
         if config.stage is not None:  # a graph's first stage runs in the read: item rows
+            if config.stage.blocks:
+                return from_arrow_schema(BLOCK_SCHEMA)
             return from_arrow_schema(PACKED_SCHEMA if config.stage.packs else ITEM_SCHEMA)
         import pyarrow as pa
 

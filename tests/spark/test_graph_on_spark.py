@@ -472,6 +472,20 @@ def test_latest_release_gives_each_batchs_final_count_per_word(spark: SparkSessi
         }
         assert {batch: set(values) for batch, values in got.items()} == want
         assert all(len(values) == len(set(values)) for values in got.values())
+    # the fronts' readers: split and counted in the reads, sent in blocks, counted in the sink
+    graph = SparkGraph(word_count_latest(commutative=True, declared=True), release="latest")
+    assert "in blocks, one per key partition" in graph.describe()
+    reader = front_reader(spark, folder, stream=True, limit=4, clock="wall")
+    run_writer(
+        graph.write_stream(reader, checkpoint_location=str(tmp_path / "ck-r")), tmp_path / "r"
+    )
+    by_batch: dict[int, list[str]] = {}
+    for part in sorted((tmp_path / "r").glob("part-*.jsonl")):
+        values = [json.loads(line)["value"] for line in part.read_text().splitlines()]
+        by_batch.setdefault(int(part.name.split("-")[1].split(".")[0]), []).extend(values)
+    assert {b: sorted(v) for b, v in by_batch.items()} == {
+        int(b): sorted(v) for b, v in want.items()
+    }
 
 
 def test_a_declared_count_releases_what_the_written_out_count_releases(

@@ -64,3 +64,20 @@ def test_applying_a_graph_to_a_stream_turns_adaptive_streaming_off(
     apply_graph(two_sinks_first_stateless(), front, checkpoint_location=str(tmp_path / "ck"))
     assert spark.conf.get("spark.sql.adaptive.streaming.stateless.enabled") == "false"
     assert spark.conf.get("spark.sql.adaptive.enabled") == "true"  # batch queries keep it
+
+
+def test_the_fronts_hash_keys_as_spark_does(spark: SparkSession):
+    """Fronts put items in blocks by key partition themselves (``exec.blocks``): their hash
+    must be Spark's, or a key's state would live in two partitions."""
+    import random
+
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    from flamestream.spark.exec.partitioning import spark_hashes
+
+    rng = random.Random(7)
+    keys = [rng.randbytes(rng.randrange(0, 30)) for _ in range(300)] + [b"", b"\xff\x80"]
+    frame = spark.createDataFrame([(i, k) for i, k in enumerate(keys)], "i int, key binary")
+    hashed = frame.select("i", F.hash("key").alias("h")).orderBy("i").collect()
+    assert [r["h"] for r in hashed] == spark_hashes(pa.array(keys, pa.binary())).tolist()

@@ -147,9 +147,11 @@ def test_random_graphs_release_what_the_reference_runtime_releases(
         seen["in front"] += in_front and fusion
         seen["in sink"] += in_sink and graph.plan.in_sink is not None
         seen["packed"] += in_front and graph.plan.packed_into() is not None
+        seen["blocks"] += in_front and graph.plan.blocked_into() is not None
     # the seeds must really exercise what the generator is for
     if GRAPHS >= 5:
         wanted = (
-            "replayed", "two+ sinks", "merge", "2+ groupings", "in front", "in sink", "packed"
+            "replayed", "two+ sinks", "merge", "2+ groupings", "in front", "in sink", "packed",
+            "blocks",
         )  # fmt: skip
         assert all(seen[what] for what in wanted), seen

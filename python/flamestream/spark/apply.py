@@ -213,9 +213,7 @@ class SparkGraph:
                 "apply(df, checkpoint_location=ck), then "
                 "writeStream.option('checkpointLocation', ck)",
             )
-        partitions = self.partitions or int(
-            df.sparkSession.conf.get("spark.sql.shuffle.partitions") or "200"
-        )
+        partitions = self._key_partitions(df.sparkSession)
         if self.cut and not df.isStreaming:
             cycle = ", ".join(f"{a} -> {b}" for a, b in sorted(self.cut))
             raise GraphError(
@@ -273,20 +271,38 @@ class SparkGraph:
                 f"{', '.join(type(r).__name__ for r in readers) or 'nothing'}",
                 "pass spark.readStream.format('flamestream').option(...) (or .load() it)",
             )
-        option = "" if self.plan.in_front is None else self._front_stage(payload).encode()
+        option = ""
+        if self.plan.in_front is not None:
+            partitions = self._key_partitions(getattr(readers[0], "_spark", None))
+            option = self._front_stage(payload, partitions).encode()
         loaded = []
         for reader in readers:
             loaded.append(reader.option(STAGE_OPTION, option).load())
             reader.option(STAGE_OPTION, "")  # the caller's reader loads plain fronts again
         return _union(loaded), bool(option)
 
-    def _front_stage(self, payload: str) -> FrontStage:
-        """What the fronts run in their reads: the first stage, or the keying for a grouping."""
+    def _front_stage(self, payload: str, partitions: int = 0) -> FrontStage:
+        """What the fronts run in their reads: the first stage, or the keying for a grouping.
+
+        ``partitions``: the keyed stages' key partitions, for rows that leave in blocks (0:
+        they leave as rows).
+        """
         index = self.plan.in_front
         stage = next((s for s in self.stages if s.index == index), self._keying())
         runner = self._runner(stage, named=False)
         packs = self.plan.packed_into() is not None
-        return FrontStage(runner, self.graph.consumer(self.source), payload, packs)
+        blocks = partitions if self.plan.blocked_into() is not None else 0
+        return FrontStage(runner, self.graph.consumer(self.source), payload, packs, blocks)
+
+    def _key_partitions(self, session: Any) -> int:
+        """The key partitions of the keyed stages: ``partitions=``, else the session's."""
+        if self.partitions:
+            return self.partitions
+        if session is None:
+            from pyspark.sql import SparkSession
+
+            session = SparkSession.active()
+        return int(session.conf.get("spark.sql.shuffle.partitions") or "200")
 
     def _keying(self) -> Stage:
         """A stage without steps whose pass keys the source's rows for the first grouping."""

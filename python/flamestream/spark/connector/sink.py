@@ -304,8 +304,11 @@ class BarrierWriter(DataSourceStreamArrowWriter):
     """The stream writer of every flamestream sink."""
 
     def __init__(self, output: SinkOutput, options: OptionReader, schema: StructType) -> None:
+        #: a graph's last keyed stage, run here on the shuffled rows (``write_stream``)
+        stage = options.raw(STAGE_OPTION)
+        self.stage = unship(stage) if stage else None
         missing = [c for c in REQUIRED_COLUMNS if c not in schema.fieldNames()]
-        if missing:
+        if missing and self.stage is None:  # a stage's input may be blocks (exec.blocks)
             raise ConfigError(
                 options.step,
                 "input columns",
@@ -319,9 +322,6 @@ class BarrierWriter(DataSourceStreamArrowWriter):
         self.store = BarrierStore(
             options.string("stateLocation", QueryCheckpoint(self.checkpoint).sink_url)
         )
-        #: a graph's last keyed stage, run here on the shuffled rows (``write_stream``)
-        stage = options.raw(STAGE_OPTION)
-        self.stage = unship(stage) if stage else None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
         """Stage this task's rows durably (executors)."""

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from flamestream.errors import ConfigError
+from flamestream.spark.exec.blocks import blocked
 from flamestream.spark.exec.items import BYTES_TAG, ITEM_SCHEMA, TEXT_TAG
 from flamestream.spark.exec.shipping import ship, unship
 
@@ -34,14 +35,19 @@ class FrontStage:
     ``runner`` is the stage's ``StageRunner`` (runs on executors, in the front's read task;
     its functions must be deterministic, as every step's are). ``entry`` is the step the
     source feeds, ``payload`` the front column that carries the payload. ``packs``: the rows
-    leave packed (:mod:`.packed`; planned by ``ExecutionPlan.packed_into``).
+    leave packed (:mod:`.packed`; planned by ``ExecutionPlan.packed_into``). ``blocks``: the
+    key partitions of the keyed stage the rows go to, when they leave in blocks, one per
+    partition (:mod:`.blocks`; planned by ``ExecutionPlan.blocked_into``); 0: as rows.
     """
 
-    def __init__(self, runner: Any, entry: str, payload: str, packs: bool = False) -> None:
+    def __init__(
+        self, runner: Any, entry: str, payload: str, packs: bool = False, blocks: int = 0
+    ) -> None:
         self.runner = runner
         self.entry = entry
         self.payload = payload
         self.packs = packs
+        self.blocks = blocks
 
     def items(self, rows: pa.RecordBatch) -> pa.RecordBatch:
         """The item rows leaving the stage for a batch of front rows (may be empty)."""
@@ -78,7 +84,7 @@ class FrontStage:
             rows = blocks[0] if len(blocks) == 1 else pa.concat_batches(blocks)
             items = self.runner.packed(self._entering(rows)) if self.packs else self.items(rows)
             if items.num_rows:
-                yield items
+                yield blocked(items, self.blocks) if self.blocks else items
 
     def _entering(self, rows: pa.RecordBatch) -> pa.RecordBatch:
         """Front rows as items entering the graph: empty trace, tagged payload, no flags."""
@@ -128,6 +134,7 @@ class ShippedFrontStage:
         self._stage: FrontStage | None = FrontStage.decode(value)
         self.payload = self._stage.payload  #: known without unpacking, for ``check``
         self.packs = self._stage.packs  #: known without unpacking, for the schema
+        self.blocks = self._stage.blocks  #: likewise
 
     @property
     def stage(self) -> FrontStage:
@@ -151,5 +158,11 @@ class ShippedFrontStage:
         return self.stage.read(blocks)
 
     def __getstate__(self) -> dict[str, Any]:
-        """The option value, the payload column and whether it packs; not the stage."""
-        return {"value": self.value, "payload": self.payload, "packs": self.packs, "_stage": None}
+        """The option value, the payload column and how rows leave; not the stage."""
+        return {
+            "value": self.value,
+            "payload": self.payload,
+            "packs": self.packs,
+            "blocks": self.blocks,
+            "_stage": None,
+        }

@@ -44,6 +44,7 @@ from flamestream.spark.durable import (
     batch_id_of_task,
 )
 from flamestream.spark.durable.loop import LoopStore
+from flamestream.spark.exec.blocks import is_blocked, opened
 from flamestream.spark.exec.fastpath import Leaving, MapReduceCycle
 from flamestream.spark.exec.gc_pause import gc_paused
 from flamestream.spark.exec.items import (
@@ -93,6 +94,17 @@ def key_partition(batches: list[pa.RecordBatch], grouping: str) -> int:
         )
         raise InvariantError(msg)
     return int(lowest)
+
+
+def _items_of(tables: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+    """The shuffled rows as item rows: blocks opened (:mod:`.blocks`), packed rows unpacked."""
+    if is_blocked(tables[0].schema):
+        tables = opened(tables)
+    if tables and is_packed(tables[0].schema):  # batch by batch, each freed once unpacked
+        packed, tables = tables, []
+        while packed:
+            tables.append(unpack(packed.pop()))
+    return tables
 
 
 class KeyedRunner:
@@ -169,12 +181,9 @@ class KeyedRunner:
         tables = [b for b in batches if b.num_rows]
         if not tables:
             return
-        if is_packed(tables[0].schema):  # the fronts' rows, packed for the shuffle: unpacked
-            packed, tables = tables, []  # batch by batch, each freed once unpacked
-            while packed:
-                tables.append(unpack(packed.pop()))
         # 1. the task
         partition = key_partition(tables, self.grouping.step_id)
+        tables = _items_of(tables)
         batch_id = batch_id_of_task()
         io = self.state_io if batch_id >= 0 else TaskLocal(self.grouping)
         self._router, self._task = None, (partition, batch_id)

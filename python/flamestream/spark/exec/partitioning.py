@@ -17,6 +17,9 @@ from __future__ import annotations
 
 from functools import cache
 
+import numpy as np
+import pyarrow as pa
+
 _MASK = 0xFFFFFFFF
 
 
@@ -69,6 +72,74 @@ def spark_hash(data: bytes, seed: int = 42) -> int:
     h1 = (h1 * 0xC2B2AE35) & _MASK
     h1 ^= h1 >> 16
     return h1 - (1 << 32) if h1 & 0x80000000 else h1
+
+
+def spark_hashes(keys: pa.Array, seed: int = 42) -> np.ndarray:
+    """:func:`spark_hash` of every value of a binary array at once (int32; a null: ``seed``).
+
+    The same steps, each over all the keys that have that step: the keys ordered by their
+    number of 4-byte words, so those with a word ``i`` are a prefix.
+    ``tests/unit/test_partitioning.py`` checks it against :func:`spark_hash`.
+    """
+    keys = keys.cast(pa.binary())
+    n = len(keys)
+    _, offsets_buffer, data_buffer = keys.buffers()
+    if not n:
+        return np.zeros(0, np.int32)
+    offsets = np.frombuffer(offsets_buffer, np.int32)[keys.offset : keys.offset + n + 1]
+    lengths = np.diff(offsets).astype(np.int64)
+    data = np.frombuffer(data_buffer, np.uint8) if data_buffer is not None else np.zeros(0)
+    words = lengths // 4
+    order = np.argsort(-words, kind="stable")
+    starts, words, lengths = offsets[:-1][order].astype(np.int64), words[order], lengths[order]
+    hashes = np.full(n, seed, np.uint32)
+    for i in range(int(words[0])):
+        having = int(np.searchsorted(-words, -i, side="left"))  # the keys with > i words
+        at = starts[:having] + 4 * i
+        word = data[at].astype(np.uint32)
+        for byte in (1, 2, 3):
+            word |= data[at + byte].astype(np.uint32) << np.uint32(8 * byte)
+        hashes[:having] = _mix_h1s(hashes[:having], _mix_k1s(word))
+    tails = lengths - 4 * words
+    for j in range(3):
+        tailed = np.flatnonzero(tails > j)
+        if len(tailed):
+            signed = data[starts[tailed] + 4 * words[tailed] + j].view(np.int8)
+            hashes[tailed] = _mix_h1s(hashes[tailed], _mix_k1s(signed.astype(np.int32)))
+    hashes ^= lengths.astype(np.uint32)
+    out = np.empty(n, np.uint32)
+    out[order] = _fmix(hashes)
+    if keys.null_count:  # Spark's hash of a null is the seed
+        out[~keys.is_valid().to_numpy(zero_copy_only=False)] = np.uint32(seed)
+    return out.view(np.int32)
+
+
+def partitions_of(keys: pa.Array, partitions: int) -> np.ndarray:
+    """:func:`partition_of` of every key at once (Spark's ``pmod(hash(key), n)``)."""
+    return np.mod(spark_hashes(keys).astype(np.int64), partitions)
+
+
+def _rotls(values: np.ndarray, bits: int) -> np.ndarray:
+    return (values << np.uint32(bits)) | (values >> np.uint32(32 - bits))
+
+
+def _mix_k1s(k1: np.ndarray) -> np.ndarray:
+    k1 = k1.astype(np.uint32, copy=False) * np.uint32(_C1)
+    return _rotls(k1, 15) * np.uint32(_C2)
+
+
+def _mix_h1s(h1: np.ndarray, k1: np.ndarray) -> np.ndarray:
+    h1 = _rotls(h1 ^ k1, 13)
+    return h1 * np.uint32(5) + np.uint32(0xE6546B64)
+
+
+def _fmix(h1: np.ndarray) -> np.ndarray:
+    h1 = h1 ^ (h1 >> np.uint32(16))
+    h1 = h1 * np.uint32(0x85EBCA6B)
+    h1 ^= h1 >> np.uint32(13)
+    h1 = h1 * np.uint32(0xC2B2AE35)
+    mixed: np.ndarray = h1 ^ (h1 >> np.uint32(16))
+    return mixed
 
 
 def partition_of(key: bytes, partitions: int) -> int:

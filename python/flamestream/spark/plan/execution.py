@@ -134,11 +134,22 @@ class ExecutionPlan:
     def packed_into(self) -> int | None:
         """The keyed stage the fronts' rows may travel to packed (``exec.packed``), or None.
 
+        :meth:`blocked_into`'s stage, if it combines nothing before the shuffle (a combined
+        stage's rows are distinct items already).
+        """
+        index = self.blocked_into()
+        stage = next((s for s in self.stages if s.index == index), None)
+        if stage is None or any(entry in self.precombine for entry in stage.entries):
+            return None
+        return index
+
+    def blocked_into(self) -> int | None:
+        """The keyed stage the fronts' rows may travel to in blocks (``exec.blocks``), or None.
+
         When the fronts run :attr:`in_front` in their reads and all that it sends (or, when
         the fronts only key the rows, all the source sends) goes to one keyed stage that
-        reads nothing else, keeps its keys round its cycle (no loop channel) and combines
-        nothing before the shuffle, and no elastic layout routes the rows: then no other
-        consumer meets the packed rows.
+        reads nothing else and keeps its keys round its cycle (no loop channel), and no
+        elastic layout routes the rows: then no other consumer meets the rows.
         """
         if self.in_front is None or self.elastic:
             return None
@@ -156,8 +167,6 @@ class ExecutionPlan:
         if stage is None or stage.grouping is None or not self.key_local(stage):
             return None
         for entry in stage.entries:
-            if entry in self.precombine:
-                return None
             for producer in self.graph.producers(entry):
                 inside = producer in stage.steps
                 if (producer, entry) in self.cut or not (inside or producer in senders):
@@ -179,9 +188,11 @@ class ExecutionPlan:
             lines.append(f"  fronts given as readers: stage {self.in_front} runs in their reads")
         elif self.in_front == 0:
             lines.append("  fronts given as readers: they key the rows for the shuffle")
-        packed = self.packed_into()
+        packed, blocked = self.packed_into(), self.blocked_into()
         if packed is not None:
             lines.append(f"  their rows travel packed to stage {packed} (one per distinct item)")
+        if blocked is not None:
+            lines.append(f"  their rows travel to stage {blocked} in blocks, one per key partition")
         if self.in_sink is not None:
             lines.append(f"  write_stream: stage {self.in_sink} runs in the sink's write tasks")
         lines.append(
