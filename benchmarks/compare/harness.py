@@ -48,7 +48,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     made = argparse.ArgumentParser(prog="python -m benchmarks.compare", description=__doc__)
     made.add_argument("--lines", type=int, default=400_000, help="corpus lines")
     made.add_argument("--files", type=int, default=4, help="corpus files")
-    made.add_argument("--rounds", type=int, default=3, help="timed rounds (A B C .. A B C ..)")
+    made.add_argument("--rounds", type=int, default=5, help="timed rounds (A B C .. A B C ..)")
     made.add_argument("--warmup", type=int, default=1, help="untimed runs of each Spark variant")
     made.add_argument(
         "--variants",
