@@ -266,6 +266,12 @@ def test_a_reader_runs_the_first_stage_in_the_front(spark: SparkSession, lines_d
     rows.explain()
     passes = len(re.findall(r"MapInArrow", capsys.readouterr().out))
     assert passes == graph.plan.passes(front=True) == 1
+    # the front sends the keyed stage its rows in blocks; released as from loaded fronts
+    assert graph.plan.blocked_into() == 2
+    loaded = graph.apply(fronts(spark, lines_dir, stream=False, limit=None))
+    metas = ["ts", "front", "trace", "flags", "source", "position", "sink", "value"]
+    released = sorted(rows.select(*metas).collect())
+    assert released == sorted(loaded.select(*metas).collect()) and len(released) > 3
     # the caller's reader still loads plain front rows
     assert "value" in reader.load().columns and "trace" not in reader.load().columns
     with pytest.raises(GraphError, match="readers not loaded yet"):
