@@ -10,10 +10,11 @@ task runs, timing each phase:
 1. the front's reads (not timed): each corpus file's lines as a files front's rows, through
    the graph's first stage as the fronts run it (``FrontStage.read``: split and count in
    Arrow, packed for ``every``, combined per word for ``latest``);
-2. the shuffle (not timed): the rows of key partition 0 of ``--partitions``, by a CRC-32 of
-   the key (Spark hashes with Murmur3: another split, as skewed), file after file as the
-   map outputs come;
-3. ``unpack`` and the sort by meta, as ``KeyedRunner._partition`` does them;
+2. the shuffle (not timed): the block rows of key partition 0 of ``--partitions`` (the
+   fronts send a keyed stage's rows in blocks, one per key partition, by Spark's hash of the
+   key: ``exec.blocks``), file after file as the map outputs come;
+3. opening the blocks (and unpacking packed rows) and the sort by meta, as
+   ``KeyedRunner._partition`` does them;
 4. the keyed stage (``KeyedRunner._runs``), its render tail (``WithTails``) and the part the
    sink writes as the runs come (``sink.fill_parts`` into a Parquet part), below a min-time
    that releases everything;
@@ -32,13 +33,13 @@ import resource
 import sys
 import tempfile
 import time
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from benchmarks.compare.corpus import corpus
 from benchmarks.lib import cli
@@ -76,16 +77,17 @@ def front_blocks(path: Path, front: int) -> Iterator[pa.RecordBatch]:
 
 
 def shuffled(graph: Any, files: list[Path], partitions: int) -> list[pa.RecordBatch]:
-    """Key partition 0's rows of the first stage's output, file by file (steps 1 and 2)."""
-    stage = graph._front_stage("value")
-    mine = []
+    """Key partition 0's block rows of the first stage's output, file by file (steps 1, 2)."""
+    from flamestream.spark.exec.blocks import block_keys
+
+    stage = graph._front_stage("value", partitions)
+    mine = block_keys(partitions)[0]
+    found = []
     for front, path in enumerate(files):
         for rows in stage.read(front_blocks(path, front)):
-            keys = rows.column("key").to_pylist()
-            hits = [zlib.crc32(key) % partitions == 0 for key in keys]
-            if any(hits):
-                mine.append(rows.filter(pa.array(hits)))
-    return mine
+            hits = pc.equal(rows.column("key"), pa.scalar(mine, pa.binary()))
+            found.append(rows.filter(hits))
+    return found
 
 
 def once(graph: Any, rows: list[pa.RecordBatch], out: Path) -> dict[str, float]:
@@ -95,8 +97,7 @@ def once(graph: Any, rows: list[pa.RecordBatch], out: Path) -> dict[str, float]:
     from flamestream.spark.connector.options import OptionReader
     from flamestream.spark.connector.sink import TaskParts, _released, fill_parts
     from flamestream.spark.exec.items import sorted_by_meta
-    from flamestream.spark.exec.keyed import _INPUT_COLUMNS, KeyedRunner
-    from flamestream.spark.exec.packed import is_packed, unpack
+    from flamestream.spark.exec.keyed import _INPUT_COLUMNS, KeyedRunner, _items_of
     from flamestream.spark.exec.tails import WithTails
     from pyspark_flamestream.sinks.files import FilesOutput
 
@@ -110,7 +111,7 @@ def once(graph: Any, rows: list[pa.RecordBatch], out: Path) -> dict[str, float]:
     everything = GlobalTime(2**62, 0)
     sink = FilesOutput(OptionReader("sink files", {"path": str(out), "format": "parquet"}))
     began = time.perf_counter()
-    tables = [unpack(b) for b in rows] if is_packed(rows[0].schema) else list(rows)
+    tables = _items_of([b for b in rows if b.num_rows])
     table = sorted_by_meta(pa.Table.from_batches(tables).select(_INPUT_COLUMNS))
     del tables
     sorted_at = time.perf_counter()
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "benchmark": "keyed_task",
         "input": {"lines": args.lines, "files": args.files, "release": args.release},
-        "partition": f"0 of {args.partitions} (CRC-32 of the key)",
+        "partition": f"0 of {args.partitions} (Spark's hash of the key)",
         "rows_in": runs[0]["rows_in"],
         "rows_out": runs[0]["rows_out"],
         "seconds_median": {p: median(r[p] for r in runs) for p in PHASES},
