@@ -272,6 +272,14 @@ def test_a_reader_runs_the_first_stage_in_the_front(spark: SparkSession, lines_d
     metas = ["ts", "front", "trace", "flags", "source", "position", "sink", "value"]
     released = sorted(rows.select(*metas).collect())
     assert released == sorted(loaded.select(*metas).collect()) and len(released) > 3
+    assert graph._front_rows(reader, "value")[0].columns == ["to", "key", "block"]
+    # a session whose Arrow batches to Python may pass 2 GiB with blocks gets rows instead
+    spark.conf.set("spark.sql.execution.arrow.maxBytesPerBatch", "2000m")
+    try:
+        assert "block" not in graph._front_rows(reader, "value")[0].columns
+        assert sorted(graph.apply(reader).select(*metas).collect()) == released
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxBytesPerBatch")
     # the caller's reader still loads plain front rows
     assert "value" in reader.load().columns and "trace" not in reader.load().columns
     with pytest.raises(GraphError, match="readers not loaded yet"):

@@ -273,8 +273,10 @@ class SparkGraph:
             )
         option = ""
         if self.plan.in_front is not None:
-            partitions = self._key_partitions(getattr(readers[0], "_spark", None))
-            option = self._front_stage(payload, partitions).encode()
+            session = getattr(readers[0], "_spark", None)
+            partitions = self._key_partitions(session)
+            blocks = partitions if arrow_batches_bounded(self._session(session)) else 0
+            option = self._front_stage(payload, blocks).encode()
         loaded = []
         for reader in readers:
             loaded.append(reader.option(STAGE_OPTION, option).load())
@@ -298,11 +300,17 @@ class SparkGraph:
         """The key partitions of the keyed stages: ``partitions=``, else the session's."""
         if self.partitions:
             return self.partitions
+        conf = self._session(session).conf.get("spark.sql.shuffle.partitions")
+        return int(conf or "200")
+
+    @staticmethod
+    def _session(session: Any) -> Any:
+        """``session``, or the active one if None."""
         if session is None:
             from pyspark.sql import SparkSession
 
             session = SparkSession.active()
-        return int(session.conf.get("spark.sql.shuffle.partitions") or "200")
+        return session
 
     def _keying(self) -> Stage:
         """A stage without steps whose pass keys the source's rows for the first grouping."""
@@ -533,6 +541,37 @@ class _Wiring:
 
 #: Spark 4.x runs stateless streaming queries (as Spark sees a graph's) adaptively by default.
 ADAPTIVE_STREAMING = "spark.sql.adaptive.streaming.stateless.enabled"
+
+#: Where Spark cuts the Arrow batches that carry a task's rows to Python, and the most it may
+#: be for the fronts to send rows in blocks (``exec.blocks``): a batch ends after the row that
+#: takes it past the limit, so with blocks of at most 64 MiB it stays below Arrow's 2 GiB.
+ARROW_BATCH_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
+MAX_ARROW_BATCH_BYTES = 2**30
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+def arrow_batches_bounded(session: Any) -> bool:
+    """Whether the session's Arrow batches to Python stay small enough to carry blocks.
+
+    Not so (a limit above :data:`MAX_ARROW_BATCH_BYTES`; Spark allows up to 2 GiB), the
+    fronts send rows, as without blocks, and the choice is logged.
+    """
+    setting = (session.conf.get(ARROW_BATCH_BYTES, None) or "64m").strip().lower()
+    digits = setting.rstrip("kmgtb")
+    unit = setting[len(digits) :].rstrip("b")
+    try:
+        limit = int(digits) * _SIZE_UNITS[unit]
+    except (KeyError, ValueError):
+        limit = -1
+    if 0 < limit <= MAX_ARROW_BATCH_BYTES:
+        return True
+    _log.info(
+        "flamestream: %s=%s: the fronts send a keyed stage's rows as rows, not in blocks",
+        ARROW_BATCH_BYTES,
+        setting,
+    )
+    return False
 
 
 def _no_adaptive_streaming(session: Any) -> None:
