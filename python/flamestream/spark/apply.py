@@ -273,10 +273,11 @@ class SparkGraph:
             )
         option = ""
         if self.plan.in_front is not None:
-            session = getattr(readers[0], "_spark", None)
-            partitions = self._key_partitions(session)
-            blocks = partitions if arrow_batches_bounded(self._session(session)) else 0
-            option = self._front_stage(payload, blocks).encode()
+            session = self._session(getattr(readers[0], "_spark", None))
+            # blocks need the key partitions, and Arrow batches Spark keeps small (else rows)
+            bounded = arrow_batches_bounded(session)
+            partitions = self._key_partitions(session) if bounded else 0
+            option = self._front_stage(payload, partitions).encode()
         loaded = []
         for reader in readers:
             loaded.append(reader.option(STAGE_OPTION, option).load())

@@ -79,7 +79,8 @@ def spark_hashes(keys: pa.Array, seed: int = 42) -> np.ndarray:
 
     The same steps, each over all the keys that have that step: the keys ordered by their
     number of 4-byte words, so those with a word ``i`` are a prefix.
-    ``tests/unit/test_partitioning.py`` checks it against :func:`spark_hash`.
+    ``tests/unit/test_blocks.py`` checks it against :func:`spark_hash`, and
+    ``tests/spark/test_partition_identity.py`` against Spark's ``hash()``.
     """
     keys = keys.cast(pa.binary())
     n = len(keys)
