@@ -109,11 +109,15 @@ def test_arrow_splits_ascii_text_as_str_split_does(lines: list[str], before: lis
         assert split is None  # pyarrow's utf8 split misses some runs of separators
         return
     assert split is not None
-    words, rows = split
+    words, rows, firsts = split
     per_row: list[list[str]] = [[] for _ in lines]
-    for word, row in zip(words.to_pylist(), rows.tolist(), strict=True):
+    for nth, (word, row) in enumerate(zip(words.to_pylist(), rows.tolist(), strict=True)):
+        assert nth - firsts[row] == len(per_row[row])  # its index among its row's words
         per_row[row].append(word)
     assert per_row == [line.split() for line in lines]
+    assert firsts.tolist() == [
+        sum(len(line.split()) for line in lines[:n]) for n in range(len(lines) + 1)
+    ]
 
 
 @settings(max_examples=300, deadline=None)
@@ -236,6 +240,54 @@ def test_a_combining_first_stage_runs_over_a_read_tasks_blocks_at_once(
         assert stage.packs
         each = [stage.items(block) for block in made]
         assert got == [pack(rows).to_pylist() for rows in each if rows.num_rows]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lines=st.lists(st.tuples(WORDS | ASCII_TEXT | TEXT, st.integers(0, 2)), max_size=12),
+    split=st.booleans(),
+    latest=st.booleans(),
+    nulls=st.booleans(),
+)
+def test_a_front_stage_makes_from_the_text_what_the_general_path_makes_of_its_items(
+    lines: list[tuple[str, int]], split: bool, latest: bool, nulls: bool
+):
+    """A count of text made straight from a front's rows (``CountedText.of_front``) sends
+    what the stage sends for the same rows as items, for any text (non-ASCII: the general
+    way), any order of times (equal ones: the general way) and missing values."""
+    from flamestream.spark import SparkGraph
+
+    graph = SparkGraph(_counting(split, "count"), release="latest" if latest else "every")
+    stage = graph._front_stage("value")
+    assert stage.runner.counted is not None
+    ts = [sum(step for _, step in lines[: n + 1]) for n in range(len(lines))]
+    texts = [None if nulls and n == 1 else text for n, (text, _) in enumerate(lines)]
+    block = pa.RecordBatch.from_pydict(
+        {
+            "ts": pa.array(ts, pa.int64()),
+            "front": pa.array([0] * len(lines), pa.int32()),
+            "source": pa.array(["in.txt"] * len(lines)),
+            "position": pa.array(range(len(lines)), pa.int64()),
+            "value": pa.array(texts, pa.string()),
+        }
+    )
+    made = stage.runner.counted.of_front(block, stage.entry, block.column("value"), stage.packs)
+    qualifies = (
+        all(text is not None and (not split or text.isascii()) for text in texts)
+        and all(step > 0 for _, step in lines[1:])
+        and (any(t.split() for t in texts if t is not None) if split else bool(lines))
+    )
+    assert (made is not None) == qualifies
+
+    def outcome() -> Any:
+        try:
+            return [rows.to_pylist() for rows in stage.read(iter([block]))]
+        except Exception as exc:  # the same error either way (a missing value's, say)
+            return type(exc), str(exc)
+
+    got = outcome()
+    stage.runner.counted = None
+    assert got == outcome()
 
 
 #: Counts of a word in a batch: each pickled width (BININT1, BININT2, BININT) and its edges.

@@ -26,7 +26,7 @@ batch goes the general way. ``tests/unit/test_columnar.py`` compares the two on 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -60,22 +60,51 @@ class CountedText:
 
     def run(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
         """:meth:`combined` or :meth:`rows`, as the stage is; None: the general path runs."""
-        return self.combined(batch) if self.combine else self.rows(batch)
+        text = self._text(batch)
+        return None if text is None else self._made(batch, text)
 
-    def combined(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
+    def packed(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
+        """:meth:`rows` packed, as :func:`~.packed.pack` packs them; or None.
+
+        None for a combining stage too (the plan packs none: its rows are distinct words
+        already). See :meth:`_packed`.
+        """
+        text = None if self.combine else self._text(batch)
+        return None if text is None else self._packed(batch, text)
+
+    def of_front(
+        self, rows: pa.RecordBatch, entry: str, text: pa.Array, packed: bool
+    ) -> pa.RecordBatch | None:
+        """What :meth:`run` (or :meth:`packed`) makes of a front's rows entering the graph.
+
+        ``rows`` are a front's (meta columns, no trace, no flags) going to step ``entry``,
+        ``text`` their payload column (string). The same rows as :meth:`run` makes of the
+        item rows ``FrontStage`` would make of them, without making those: no payload is
+        tagged only for the tag to be cut off again (a tenth of a read task's work). None:
+        the general path runs.
+        """
+        if entry != self.entry or text.null_count or not _rising(rows):
+            return None
+        if packed:
+            return None if self.combine else self._packed(rows, text)
+        return self._made(rows, text)
+
+    def _made(self, batch: pa.RecordBatch, text: pa.Array) -> pa.RecordBatch | None:
+        return self._combined(batch, text) if self.combine else self._rows(batch, text)
+
+    def _combined(self, batch: pa.RecordBatch, text: pa.Array) -> pa.RecordBatch | None:
         """Combined: the rows leaving for :attr:`dest`, one per distinct word; or None.
 
         The general combine's rows, byte for byte: per word in order of first sight, the
         pickled ``(word, count)`` pair (see :func:`_pickled_pairs`) with the row and trace
         suffix of the word's last occurrence (the items are in meta order).
         """
-        split = self._words(batch)
-        if split is None or not len(split[0]):
+        split = self._words(text)
+        if split is None or not len(split.words):
             return None
-        words, rows = split
         # numbered in order of first sight, as the general combine makes its rows (Arrow's
         # group_by took twice as long in a read task: its engine starts up per process)
-        encoded = pc.dictionary_encode(words)
+        encoded = pc.dictionary_encode(split.words)
         numbers = encoded.indices.to_numpy()
         counts = np.bincount(numbers)
         last = np.zeros(len(counts), np.int64)
@@ -84,40 +113,37 @@ class CountedText:
         payload = _pickled_pairs(data, counts)
         if payload is None:
             return None
-        suffixes = _suffix_bytes(rows, self.split, last)
-        return self._item_rows(batch, rows[last], suffixes, data, payload)
+        suffixes = self._suffixes(split, last)
+        return self._item_rows(batch, split.rows[last], suffixes, data, payload)
 
-    def rows(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
+    def _rows(self, batch: pa.RecordBatch, text: pa.Array) -> pa.RecordBatch | None:
         """Not combined: the rows leaving for :attr:`dest`, one per word; or None.
 
         The general path's rows, byte for byte: its map sends ``(word, 1)`` pairs, encoded
         as ``MAPPED_TAG`` and the pickle of the pair, keyed by the word's encoded key, with
         the trace suffixes of the flat_map's child and the map (see :func:`_pickled_pairs`).
         """
-        split = self._words(batch)
-        if split is None or not len(split[0]):
+        split = self._words(text)
+        if split is None or not len(split.words):
             return None
-        words, rows = split
-        data = words.cast(pa.binary())
+        data = split.words.cast(pa.binary())
         payload = _pickled_pairs(data, np.ones(len(data), np.int64))
         if payload is None:
             return None
-        return self._item_rows(batch, rows, _suffix_bytes(rows, self.split), data, payload)
+        return self._item_rows(batch, split.rows, self._suffixes(split), data, payload)
 
-    def packed(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
-        """:meth:`rows` packed, as :func:`~.packed.pack` packs them; or None.
+    def _packed(self, batch: pa.RecordBatch, text: pa.Array) -> pa.RecordBatch | None:
+        """:meth:`_rows` packed, as :func:`~.packed.pack` packs them; or None.
 
         Made packed, not packed once made: the words are grouped first (by front, source and
         word, which decide the other shared columns), so a payload and a key are made per
-        distinct word, not per occurrence. None for a combining stage too (the plan packs
-        none: its rows are distinct words already).
+        distinct word, not per occurrence.
         """
-        split = None if self.combine else self._words(batch)
-        if split is None or not len(split[0]):
+        split = self._words(text)
+        if split is None or not len(split.words):
             return None
-        words, rows = split
-        data = words.cast(pa.binary())
-        firsts, order, starts, shared_of = _grouped(batch, rows, data)
+        data = split.words.cast(pa.binary())
+        firsts, order, starts, shared_of = _grouped(batch, split.rows, data)
         distinct = data.take(firsts)
         payload = _pickled_pairs(distinct, np.ones(len(distinct), np.int64))
         if payload is None:
@@ -132,13 +158,28 @@ class CountedText:
             "payload": payload,
             "value": pa.nulls(n, pa.string()),
         }
-        occurring = pa.array(rows[order], pa.int64())
+        occurring = pa.array(split.rows[order], pa.int64())
         occurrences = {
             "ts": batch.column("ts").take(occurring),
-            "trace": _suffix_bytes(rows, self.split, order),
+            "trace": self._suffixes(split, order),
             "position": batch.column("position").take(occurring),
         }
         return packed_rows(shared, occurrences, starts)
+
+    def _suffixes(self, split: Split, words: np.ndarray | None = None) -> pa.Array:
+        """The encoded trace suffix of ``words`` (indexes into the split; None: all of them).
+
+        A front row's trace is empty: the flat_map's ``(0, child)`` and the map's ``(0, 0)``,
+        or only the map's without a split.
+        """
+        if not self.split:
+            return _fixed_binary(
+                np.zeros(len(split.words if words is None else words), _MAP_SUFFIX)
+            )
+        which = np.arange(len(split.words)) if words is None else words
+        fixed = np.zeros(len(which), _CHILD_SUFFIX)
+        fixed["child"] = which - split.firsts[split.rows[which]]
+        return _fixed_binary(fixed)
 
     def _item_rows(
         self,
@@ -169,30 +210,44 @@ class CountedText:
         ]
         return pa.RecordBatch.from_arrays(columns, schema=ITEM_SCHEMA)
 
-    def _words(self, batch: pa.RecordBatch) -> tuple[pa.Array, np.ndarray] | None:
-        """The batch's words (its texts, without a split) and each one's row; or None."""
-        text = self._text(batch)
-        if text is None:
-            return None
-        return _words(text) if self.split else (text, np.arange(len(text)))
+    def _words(self, text: pa.Array) -> Split | None:
+        """The words of ``text`` (the texts themselves, without a split); or None."""
+        if not self.split:
+            rows = np.arange(len(text))
+            return Split(text, rows, np.arange(len(text) + 1))
+        return _words(text)
 
     def _text(self, batch: pa.RecordBatch) -> pa.Array | None:
         """The rows' text, if the batch is one the general path takes in order; else None."""
-        n = batch.num_rows
         to, flags, trace = (batch.column(name) for name in ("to", "flags", "trace"))
         if pc.count_distinct(to).as_py() != 1 or to[0].as_py() != self.entry:
             return None
         if pc.max(flags).as_py() != 0 or pc.max(pc.binary_length(trace)).as_py() != 0:
             return None
-        ts = batch.column("ts").to_numpy()
-        front = batch.column("front").to_numpy()
-        rising = (ts[1:] > ts[:-1]) | ((ts[1:] == ts[:-1]) & (front[1:] > front[:-1]))
-        if n > 1 and not rising.all():
+        if not _rising(batch):
             return None
         payload = batch.column("payload")
         if payload.null_count or not pc.all(pc.starts_with(payload, TEXT_TAG)).as_py():
             return None
         return pc.utf8_slice_codeunits(payload.cast(pa.string()), 1)  # the tag is one byte
+
+
+class Split(NamedTuple):
+    """Words split from rows of text."""
+
+    words: pa.Array  #: the words, row after row
+    rows: np.ndarray  #: each word's row (ascending)
+    #: each row's first word (an index into ``words``), and after them the number of words:
+    #: a word's index among its row's words (its flat_map child) is its index minus its row's
+    firsts: np.ndarray
+
+
+def _rising(batch: pa.RecordBatch) -> bool:
+    """Whether the rows' metas ``(ts, front)`` strictly increase (the general path's order)."""
+    ts = batch.column("ts").to_numpy()
+    front = batch.column("front").to_numpy()
+    rising = (ts[1:] > ts[:-1]) | ((ts[1:] == ts[:-1]) & (front[1:] > front[:-1]))
+    return bool(rising.all())
 
 
 #: The separators ``str.split()`` knows in ASCII that ``ascii_split_whitespace`` does not.
@@ -236,8 +291,8 @@ def _has_file_separators(text: pa.Array) -> bool:
     return bool((np.subtract(data, 0x1C, dtype=np.uint8) < 4).any())  # wraps below 0x1c
 
 
-def _words(text: pa.Array) -> tuple[pa.Array, np.ndarray] | None:
-    """Each line's words as ``str.split()`` makes them, and the row each word comes from.
+def _words(text: pa.Array) -> Split | None:
+    """Each line's words as ``str.split()`` makes them, with the row each word comes from.
 
     None for text that is not all ASCII: ``utf8_split_whitespace`` (pyarrow 26) leaves some
     runs of non-ASCII separators unsplit (NEL then an ideographic space, at a line's end).
@@ -248,10 +303,17 @@ def _words(text: pa.Array) -> tuple[pa.Array, np.ndarray] | None:
         text = pc.replace_substring_regex(text, _FILE_SEPARATORS, " ")  # a separator as well
     lists = pc.ascii_split_whitespace(text)
     pieces = pc.list_flatten(lists)
-    # runs of separators count as one, but leading/trailing ones leave empty pieces
-    kept = pc.greater(pc.binary_length(pieces), 0)
-    rows = pc.list_parent_indices(lists).to_numpy()[kept.to_numpy(zero_copy_only=False)]
-    return pieces.filter(kept), rows
+    rows = pc.list_parent_indices(lists).to_numpy()
+    starts = lists.offsets.to_numpy()
+    firsts = starts - starts[0]
+    # runs of separators count as one, but leading/trailing ones leave empty pieces: their
+    # offsets repeat (read off the buffer: a length kernel and a filter were a tenth of it all)
+    bounds = np.frombuffer(pieces.buffers()[1], np.int32, len(pieces) + 1, pieces.offset * 4)
+    kept = bounds[1:] != bounds[:-1]
+    if kept.all():
+        return Split(pieces, rows, firsts)
+    before = np.concatenate(([0], np.cumsum(kept)))  # words kept before each piece
+    return Split(pieces.filter(pa.array(kept)), rows[kept], before[firsts])
 
 
 #: ``MAPPED_TAG + pickle.dumps((word, n), 5)`` for a word under 256 bytes: ``PAIR_HEAD``
@@ -309,29 +371,6 @@ def _pair_tails(counts: np.ndarray, widths: np.ndarray) -> pa.Array:
     np.cumsum(sizes, out=offsets[1:])
     buffers = [None, pa.py_buffer(offsets), pa.py_buffer(record[keep])]
     return pa.BinaryArray.from_buffers(pa.binary(), len(counts), buffers)
-
-
-def _suffix_bytes(rows: np.ndarray, split: bool, words: np.ndarray | None = None) -> pa.Array:
-    """Each word's encoded trace suffix (its row's trace, a front row's, is empty).
-
-    The flat_map's ``(0, child)`` and the map's ``(0, 0)``, or only the map's without a split.
-
-    ``rows``: each word's row (ascending), for the flat_map's child index; ``words``: the
-    words to give a trace (indexes into ``rows``), None for all.
-    """
-    n = len(rows) if words is None else len(words)
-    if not split:
-        return _fixed_binary(np.zeros(n, _MAP_SUFFIX))
-    fixed = np.zeros(n, _CHILD_SUFFIX)
-    children = _children(rows)
-    fixed["child"] = children if words is None else children[words]
-    return _fixed_binary(fixed)
-
-
-def _children(rows: np.ndarray) -> np.ndarray:
-    """Each word's index among its row's words (``rows`` ascending, one per word)."""
-    starts = np.flatnonzero(np.diff(rows, prepend=-1))  # each row's first word
-    return np.arange(len(rows)) - np.repeat(starts, np.diff(np.append(starts, len(rows))))
 
 
 def _fixed_binary(records: np.ndarray) -> pa.Array:

@@ -21,6 +21,7 @@ from flamestream.errors import ConfigError
 from flamestream.spark.exec.blocks import blocked
 from flamestream.spark.exec.items import BYTES_TAG, ITEM_SCHEMA, TEXT_TAG
 from flamestream.spark.exec.shipping import ship, unship
+from flamestream.spark.exec.stateless import StageRunner
 
 #: A combining stage runs over this many front rows of a read task at once, at most ...
 COMBINE_ROWS = 1_000_000
@@ -41,7 +42,7 @@ class FrontStage:
     """
 
     def __init__(
-        self, runner: Any, entry: str, payload: str, packs: bool = False, blocks: int = 0
+        self, runner: StageRunner, entry: str, payload: str, packs: bool = False, blocks: int = 0
     ) -> None:
         self.runner = runner
         self.entry = entry
@@ -82,9 +83,24 @@ class FrontStage:
         """The stage's item rows for ``blocks`` run as one batch (none for no rows)."""
         if blocks:
             rows = blocks[0] if len(blocks) == 1 else pa.concat_batches(blocks)
-            items = self.runner.packed(self._entering(rows)) if self.packs else self.items(rows)
+            items = self._counted(rows)
+            if items is None:
+                entering = self._entering(rows)
+                items = self.runner.packed(entering) if self.packs else self.runner.run(entering)
             if items.num_rows:
                 yield blocked(items, self.blocks) if self.blocks else items
+
+    def _counted(self, rows: pa.RecordBatch) -> pa.RecordBatch | None:
+        """The stage's rows made straight from the front's text; None: they go in as items.
+
+        Only a declared count of text (:mod:`.columnar`) is made so; other stages get
+        :meth:`_entering`'s item rows.
+        """
+        counted = self.runner.counted
+        text = rows.column(self.payload)
+        if counted is None or not pa.types.is_string(text.type):
+            return None
+        return counted.of_front(rows, self.entry, text, self.packs)
 
     def _entering(self, rows: pa.RecordBatch) -> pa.RecordBatch:
         """Front rows as items entering the graph: empty trace, tagged payload, no flags."""
