@@ -39,6 +39,7 @@ from flamestream.spark.exec.items import (
     sorted_by_meta,
 )
 from flamestream.spark.exec.keyed import KeyedRunner, _run_bounds
+from flamestream.spark.exec.packed import DICTIONARY_ENCODED
 
 #: Traces an item may carry when it enters the cycle: siblings (child indexes), versions
 #: (logical times) and descendants (longer traces) of one global time.
@@ -187,16 +188,18 @@ WHOLE_BATCHES: list[bool] = []
 SUMMED_BATCHES: list[bool] = []
 
 
-def dictionary_payloads(rows: pa.Table) -> pa.Table:
-    """``rows`` with their payloads dictionary-encoded, as ``packed.unpack`` gives them (its
-    dictionary is the packed rows' payloads: without nulls, perhaps with repeated values)."""
-    payloads = rows.column("payload").combine_chunks()
-    if payloads.null_count:
-        return rows
-    doubled = pa.concat_arrays([payloads, payloads])  # each value twice in the dictionary
-    indices = pa.array(np.arange(len(payloads)) + len(payloads) * (np.arange(len(payloads)) % 2))
-    coded = pa.DictionaryArray.from_arrays(indices.cast(pa.int32()), doubled)
-    return rows.set_column(rows.schema.get_field_index("payload"), "payload", coded)
+def as_unpacked(rows: pa.Table) -> pa.Table:
+    """``rows`` with their payloads and sources dictionary-encoded, as ``packed.unpack`` gives
+    them (its dictionaries are the packed rows' values: without nulls, perhaps repeated)."""
+    for name in DICTIONARY_ENCODED:
+        values = rows.column(name).combine_chunks()
+        if values.null_count:
+            continue
+        doubled = pa.concat_arrays([values, values])  # each value twice in the dictionary
+        indices = pa.array(np.arange(len(values)) + len(values) * (np.arange(len(values)) % 2))
+        coded = pa.DictionaryArray.from_arrays(indices.cast(pa.int32()), doubled)
+        rows = rows.set_column(rows.schema.get_field_index(name), name, coded)
+    return rows
 
 
 def counted(cycle: MapReduceCycle) -> None:
@@ -250,7 +253,7 @@ def test_fast_path_equals_the_general_path(data, reducer, latest):
             min_time = gc_at
         if events:  # as a keyed task runs a batch: the rows, then GC below the min-time
             rows = table(events)
-            fast_rows = dictionary_payloads(rows) if data.draw(st.booleans()) else rows
+            fast_rows = as_unpacked(rows) if data.draw(st.booleans()) else rows
             got = fast._run(fast_rows, states[0], min_time if collect else None)
             want = general._run(rows, states[1], min_time if collect else None)
             assert got.equals(want), (got.to_pylist(), want.to_pylist())
@@ -431,7 +434,7 @@ def test_summed_batches_equal_the_python_fold(script, latest, data):
     for number, events in enumerate(script):
         min_time = GlobalTime(10 * number + (2 if low and number % 2 else 5), 0)
         rows = table(events)
-        got = outcome(fast, dictionary_payloads(rows) if coded else rows, states[0], min_time)
+        got = outcome(fast, as_unpacked(rows) if coded else rows, states[0], min_time)
         want = outcome(general, rows, states[1], min_time)
         assert got == want
         if isinstance(want, str):  # two items of one meta: an invariant broken, on both paths
@@ -584,7 +587,7 @@ def test_a_batch_in_runs_leaves_what_it_leaves_whole(data, reducer, run_rows):
             min_time = gc_at
         if events:
             rows = table(events)
-            fast_rows = dictionary_payloads(rows) if data.draw(st.booleans()) else rows
+            fast_rows = as_unpacked(rows) if data.draw(st.booleans()) else rows
             at = min_time if collect else None
             runs = list(fast._runs(fast_rows, states[0], at, run_rows))
             RUNS.append(len(runs))

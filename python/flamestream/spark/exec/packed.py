@@ -36,6 +36,9 @@ PACKED_SCHEMA = pa.schema(
     ]
 )
 
+#: The shared columns an unpacked row holds as dictionary indices into the packed rows'.
+DICTIONARY_ENCODED = ("payload", "source")
+
 _SHARED = [f.name for f in ITEM_FIELDS if f.name not in OCCURRENCE_COLUMNS]
 
 
@@ -113,9 +116,11 @@ def unpack(rows: pa.RecordBatch) -> pa.RecordBatch:
     """Packed ``rows`` as the item rows they hold (occurrences of a row next to each other).
 
     Columns besides the item's (the key partition Spark SQL adds) are repeated likewise. The
-    payload comes dictionary-encoded (its dictionary the packed rows' payloads, without a
-    null), so that the keyed stage's sort moves indices, and a summing cycle reads each
-    distinct payload once (:mod:`.summed`); any other reader gets the same values.
+    payload and the source come dictionary-encoded (their dictionaries the packed rows'
+    values, without a null), so that the keyed stage's sort moves indices, and a summing
+    cycle reads each distinct payload once (:mod:`.summed`); any other reader gets the same
+    values. (A source is a file's path or a topic's partition, repeated in every row:
+    as text, word count's 1.75 M rows of a task took 0.11 s to sort and as long to unpack.)
     """
     owners = pc.list_parent_indices(rows.column("ts"))
     names = rows.schema.names
@@ -129,6 +134,6 @@ def _repeated(name: str, column: pa.Array, owners: pa.Array) -> pa.Array:
     """``column`` of the packed rows, one value per occurrence."""
     if name in OCCURRENCE_COLUMNS:
         return pc.list_flatten(column)
-    if name == "payload" and not column.null_count:
+    if name in DICTIONARY_ENCODED and not column.null_count:
         return pa.DictionaryArray.from_arrays(owners.cast(pa.int32()), column)
     return column.take(owners)

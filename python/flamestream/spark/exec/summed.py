@@ -196,16 +196,19 @@ class SummedCycle:
         the first row of its global time.
         """
         totals, row_clocks = sums
-        ts, fronts = table.column("ts").take(rows), table.column("front").take(rows)
+        every = len(rows) == table.num_rows  # every row leaves (rows ascend): no moves
+        ts, fronts = (table.column(c) if every else table.column(c).take(rows) for c in META)
         firsts = _first_of_time(metas.ts, metas.fronts)[rows]
         sources = table.column("source").take(firsts)
         positions = table.column("position").take(firsts)
         to = self.cycle.exit_to
         handed = to in exits.handed and to not in exits.keys  # a tail's entry: hand columns
         suffix = exits.suffixes.get(to, b"") if handed else b""  # the tail's, appended now
-        traces = self._leaving_traces(metas.traces.take(rows), row_clocks[rows], suffix)
+        entering = metas.traces if every else metas.traces.take(rows)
+        traces = self._leaving_traces(entering, row_clocks[rows], suffix)
         zeros = pa.array(np.zeros(len(rows), np.int8))
         meta = [ts.combine_chunks(), fronts.combine_chunks(), traces, zeros]
+        # sources may be dictionary-encoded (``packed.unpack``): item rows make them text
         meta += [sources.combine_chunks(), positions.combine_chunks()]
         if handed:
             keys = groups.dictionary.take(pa.array(groups.codes[rows]))
@@ -530,3 +533,7 @@ def _first_of_time(ts: np.ndarray, fronts: np.ndarray) -> np.ndarray:
     new = np.ones(len(ts), bool)
     new[1:] = (ts[1:] != ts[:-1]) | (fronts[1:] != fronts[:-1])
     return np.maximum.accumulate(np.where(new, np.arange(len(ts)), 0))
+
+
+#: The columns of a row's global time.
+META = ("ts", "front")
