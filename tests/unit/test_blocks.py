@@ -100,6 +100,16 @@ def test_a_keyed_task_reads_blocks_of_packed_rows_as_the_rows_themselves():
     assert sorted(got, key=lambda r: r["position"]) == expected
 
 
+def test_blocks_too_big_for_a_binary_array_fail_plainly(monkeypatch: pytest.MonkeyPatch):
+    """A binary array's offsets are 32-bit: blocks that would overflow them raise, rather
+    than wrap around into blocks that open as other bytes."""
+    items = _item_rows([(t, "a.merge", bytes([t % 3])) for t in range(30)])
+    assert len(opened([blocked(items, 2)])) == 2
+    monkeypatch.setattr(blocks, "_MOST_BYTES", 1000)
+    with pytest.raises(OverflowError, match="more than a binary array holds"):
+        blocked(items, 2)
+
+
 def _word_count() -> Dataflow:
     flow = Dataflow("words")
     words = flow.flat_map("split", flow.source("lines"), str.split)
