@@ -272,6 +272,13 @@ def _extended_matrix(traces: pa.Array, start: int, length: int, suffixes: np.nda
     return pa.BinaryArray.from_buffers(pa.binary(), rows, buffers)
 
 
+def time_starts(ts: np.ndarray, fronts: np.ndarray) -> np.ndarray:
+    """Per row (rows in meta order), whether a global time starts there."""
+    starts = np.ones(len(ts), bool)
+    starts[1:] = (ts[1:] != ts[:-1]) | (fronts[1:] != fronts[:-1])
+    return starts
+
+
 def ascending(columns: list[pa.Array]) -> bool:
     """Whether the rows' keys (columns without nulls, most significant first) never fall."""
     rows = len(columns[0])

@@ -53,6 +53,7 @@ from flamestream.spark.exec.items import (
     decode_payload,
     decode_trace,
     sorted_by_meta,
+    time_starts,
 )
 from flamestream.spark.exec.keyed_state import TaskLocal, state_io
 from flamestream.spark.exec.packed import is_packed, unpack
@@ -361,8 +362,7 @@ def _run_bounds(table: pa.Table, rows: int) -> list[tuple[int, int]]:
     """
     ts = table.column("ts").combine_chunks().to_numpy()
     fronts = table.column("front").combine_chunks().to_numpy()
-    new_time = (ts[1:] != ts[:-1]) | (fronts[1:] != fronts[:-1])
-    firsts = np.flatnonzero(np.concatenate(([True], new_time)))  # where a run may start
+    firsts = np.flatnonzero(time_starts(ts, fronts))  # where a run may start
     bounds, size = [0], len(ts)
     while bounds[-1] < size:
         at = int(np.searchsorted(firsts, bounds[-1] + rows))

@@ -41,6 +41,7 @@ from flamestream.spark.exec.items import (
     encode_trace,
     extended_traces,
     stable_order,
+    time_starts,
 )
 from flamestream.spark.exec.rendered import ReducedColumns, item_rows
 from flamestream.spark.exec.stateless import Exits, Handed
@@ -530,9 +531,7 @@ def _gathered(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.A
 
 def _first_of_time(ts: np.ndarray, fronts: np.ndarray) -> np.ndarray:
     """Per row, the first row of its global time (rows in meta order)."""
-    new = np.ones(len(ts), bool)
-    new[1:] = (ts[1:] != ts[:-1]) | (fronts[1:] != fronts[:-1])
-    return np.maximum.accumulate(np.where(new, np.arange(len(ts)), 0))
+    return np.maximum.accumulate(np.where(time_starts(ts, fronts), np.arange(len(ts)), 0))
 
 
 #: The columns of a row's global time.
