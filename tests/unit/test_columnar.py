@@ -101,10 +101,16 @@ def test_a_split_that_is_not_str_split_is_not_recognized():
 
 
 @settings(max_examples=300, deadline=None)
-@given(lines=st.lists(TEXT | ASCII_TEXT, max_size=20), before=st.lists(ASCII_TEXT, max_size=3))
-def test_arrow_splits_ascii_text_as_str_split_does(lines: list[str], before: list[str]):
+@given(
+    lines=st.lists(TEXT | ASCII_TEXT, max_size=20),
+    before=st.lists(ASCII_TEXT, max_size=3),
+    kind=st.sampled_from([pa.string(), pa.large_string()]),
+)
+def test_arrow_splits_ascii_text_as_str_split_does(
+    lines: list[str], before: list[str], kind: pa.DataType
+):
     # a slice of a longer array: its text starts past the buffers' start
-    split = _words(pa.array(before + lines, pa.string()).slice(len(before)))
+    split = _words(pa.array(before + lines, kind).slice(len(before)))
     if not lines or not all(line.isascii() for line in lines):
         assert split is None  # pyarrow's utf8 split misses some runs of separators
         return

@@ -308,7 +308,10 @@ def _words(text: pa.Array) -> Split | None:
     firsts = starts - starts[0]
     # runs of separators count as one, but leading/trailing ones leave empty pieces: their
     # offsets repeat (read off the buffer: a length kernel and a filter were a tenth of it all)
-    bounds = np.frombuffer(pieces.buffers()[1], np.int32, len(pieces) + 1, pieces.offset * 4)
+    wide = np.dtype(np.int64 if pa.types.is_large_string(pieces.type) else np.int32)
+    bounds = np.frombuffer(
+        pieces.buffers()[1], wide, len(pieces) + 1, pieces.offset * wide.itemsize
+    )
     kept = bounds[1:] != bounds[:-1]
     if kept.all():
         return Split(pieces, rows, firsts)
