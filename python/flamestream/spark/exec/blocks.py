@@ -107,6 +107,10 @@ def _pieces(rows: pa.RecordBatch) -> list[pa.RecordBatch]:
     return [rows.slice(a, b - a) for a, b in pairwise(bounds) if b > a]
 
 
+#: The most bytes a binary array's values may take.
+_MOST_BYTES = 2**31 - 1
+
+
 def _streams(pieces: list[pa.RecordBatch]) -> pa.Array:
     """Each piece as an Arrow IPC stream: a binary array, the streams written in place.
 
@@ -127,10 +131,6 @@ def _streams(pieces: list[pa.RecordBatch]) -> pa.Array:
         _stream(out, piece)
     bounds = pa.py_buffer(offsets.astype(np.int32))
     return pa.Array.from_buffers(pa.binary(), len(pieces), [None, bounds, data])
-
-
-#: The most bytes a binary array's values may take.
-_MOST_BYTES = 2**31 - 1
 
 
 def _stream(out: Any, rows: pa.RecordBatch) -> int:

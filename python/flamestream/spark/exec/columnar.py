@@ -59,12 +59,15 @@ class CountedText:
         return None if shape is None else cls(shape)
 
     def run(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
-        """:meth:`combined` or :meth:`rows`, as the stage is; None: the general path runs."""
+        """The stage's rows for item rows; None: the general path runs.
+
+        :meth:`_combined` or :meth:`_rows`, as the stage is, once the batch qualifies.
+        """
         text = self._text(batch)
         return None if text is None else self._made(batch, text)
 
     def packed(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
-        """:meth:`rows` packed, as :func:`~.packed.pack` packs them; or None.
+        """:meth:`run`'s rows packed, as :func:`~.packed.pack` packs them; or None.
 
         None for a combining stage too (the plan packs none: its rows are distinct words
         already). See :meth:`_packed`.
@@ -90,6 +93,7 @@ class CountedText:
         return self._made(rows, text)
 
     def _made(self, batch: pa.RecordBatch, text: pa.Array) -> pa.RecordBatch | None:
+        """The rows for ``batch``, whose text is ``text``: combined, or one per word."""
         return self._combined(batch, text) if self.combine else self._rows(batch, text)
 
     def _combined(self, batch: pa.RecordBatch, text: pa.Array) -> pa.RecordBatch | None:
@@ -172,11 +176,9 @@ class CountedText:
         A front row's trace is empty: the flat_map's ``(0, child)`` and the map's ``(0, 0)``,
         or only the map's without a split.
         """
-        if not self.split:
-            return _fixed_binary(
-                np.zeros(len(split.words if words is None else words), _MAP_SUFFIX)
-            )
         which = np.arange(len(split.words)) if words is None else words
+        if not self.split:
+            return _fixed_binary(np.zeros(len(which), _MAP_SUFFIX))
         fixed = np.zeros(len(which), _CHILD_SUFFIX)
         fixed["child"] = which - split.firsts[split.rows[which]]
         return _fixed_binary(fixed)
