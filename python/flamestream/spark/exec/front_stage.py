@@ -52,7 +52,7 @@ class FrontStage:
 
     def items(self, rows: pa.RecordBatch) -> pa.RecordBatch:
         """The item rows leaving the stage for a batch of front rows (may be empty)."""
-        return self.runner.run(self._entering(rows))
+        return self._leaving(rows, packed=False)
 
     def read(self, blocks: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """The item rows leaving the stage for a read task's blocks of front rows.
@@ -83,24 +83,25 @@ class FrontStage:
         """The stage's item rows for ``blocks`` run as one batch (none for no rows)."""
         if blocks:
             rows = blocks[0] if len(blocks) == 1 else pa.concat_batches(blocks)
-            items = self._counted(rows)
-            if items is None:
-                entering = self._entering(rows)
-                items = self.runner.packed(entering) if self.packs else self.runner.run(entering)
+            items = self._leaving(rows, self.packs)
             if items.num_rows:
                 yield blocked(items, self.blocks) if self.blocks else items
 
-    def _counted(self, rows: pa.RecordBatch) -> pa.RecordBatch | None:
-        """The stage's rows made straight from the front's text; None: they go in as items.
+    def _leaving(self, rows: pa.RecordBatch, packed: bool) -> pa.RecordBatch:
+        """The rows the stage sends for a batch of front rows, ``packed`` or not.
 
-        Only a declared count of text (:mod:`.columnar`) is made so; other stages get
-        :meth:`_entering`'s item rows.
+        A declared count of text (:mod:`.columnar`) makes them straight from the front's
+        text; other stages, and batches the count does not take, get :meth:`_entering`'s
+        item rows.
         """
         counted = self.runner.counted
         text = rows.column(self.payload)
-        if counted is None or not pa.types.is_string(text.type):
-            return None
-        return counted.of_front(rows, self.entry, text, self.packs)
+        if counted is not None and pa.types.is_string(text.type):
+            made = counted.of_front(rows, self.entry, text, packed)
+            if made is not None:
+                return made
+        entering = self._entering(rows)
+        return self.runner.packed(entering) if packed else self.runner.run(entering)
 
     def _entering(self, rows: pa.RecordBatch) -> pa.RecordBatch:
         """Front rows as items entering the graph: empty trace, tagged payload, no flags."""

@@ -197,7 +197,9 @@ class SummedCycle:
         the first row of its global time.
         """
         totals, row_clocks = sums
-        every = len(rows) == table.num_rows  # every row leaves (rows ascend): no moves
+        # every row leaves (release every, or each key once): ``rows`` is then 0..n-1 in
+        # order (keys come in order of first sight), so the columns are used as they are
+        every = len(rows) == table.num_rows
         ts, fronts = (table.column(c) if every else table.column(c).take(rows) for c in META)
         firsts = _first_of_time(metas.ts, metas.fronts)[rows]
         sources = table.column("source").take(firsts)
