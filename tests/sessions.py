@@ -7,11 +7,13 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
-from flamestream.launcher import worker_python
+from flamestream.launcher import RECOMMENDED_CONF, worker_python
 
 
 def local_session(master: str = "local[2]", conf: Mapping[str, str] | None = None) -> SparkSession:
     """A Spark session for tests: two shuffle partitions, no UI, errors-only logging.
+
+    flamestream's recommended settings (``RECOMMENDED_CONF``) as users get them.
 
     ``conf`` adds settings (``spark.executorEnv.*`` for executors in cluster modes). Executors
     run the interpreter in ``PYSPARK_PYTHON`` (unless set, ``flamestream-python`` beside this
@@ -26,6 +28,7 @@ def local_session(master: str = "local[2]", conf: Mapping[str, str] | None = Non
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.pollingDelay", "10ms")
         .config("spark.executorEnv.PYSPARK_PYTHON", os.environ["PYSPARK_PYTHON"])
+        .config(map=RECOMMENDED_CONF)
     )
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)

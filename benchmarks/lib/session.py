@@ -10,8 +10,14 @@ from typing import Any
 
 
 def local_spark(app: str, conf: Mapping[str, str] | None = None) -> Any:
-    """The benchmarks' SparkSession: ``local[2]``, 2 shuffle partitions, UI and progress off."""
+    """The benchmarks' SparkSession: ``local[2]``, 2 shuffle partitions, UI and progress off.
+
+    With flamestream's ``RECOMMENDED_CONF`` (Python workers over a Unix socket), as the docs
+    tell users; plain PySpark's queries start no Python worker, so it changes nothing there.
+    """
     from pyspark.sql import SparkSession
+
+    from flamestream.launcher import RECOMMENDED_CONF
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (
@@ -20,6 +26,7 @@ def local_spark(app: str, conf: Mapping[str, str] | None = None) -> Any:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
+        .config(map=RECOMMENDED_CONF)
     )
     for name, setting in (conf or {}).items():
         builder = builder.config(name, setting)

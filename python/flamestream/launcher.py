@@ -55,6 +55,15 @@ _AUTH_TIMEOUT = 15
 ARROW_JEMALLOC_CONF = ("JE_ARROW_MALLOC_CONF", "dirty_decay_ms:-1,muzzy_decay_ms:-1")
 
 
+#: The Spark settings flamestream's Python processes want, for a session's ``config`` (or
+#: ``spark-defaults.conf``) before its SparkContext starts:
+#: ``spark.python.unix.domain.socket.enabled`` has the JVM and its Python workers talk over a
+#: Unix socket instead of TCP on localhost. Over TCP each Python task of a small micro-batch
+#: waited ~40 ms for nothing (a front's read task of 2,000 rows: ~55 ms, ~15 ms so); every
+#: stage of a graph is such a task (docs/benchmarks.md, "Python workers over Unix sockets").
+RECOMMENDED_CONF: dict[str, Any] = {"spark.python.unix.domain.socket.enabled": "true"}
+
+
 def worker_python() -> str:
     """The ``flamestream-python`` beside this interpreter if installed, else this interpreter.
 

@@ -71,6 +71,8 @@ def main(base: Path) -> dict[str, Any]:
     out["packed"] = run("packed", partitions=4)  # 4 sources, readTasks = parallelism = 2
     out["defaults"] = conf_defaults(shim)
     out["hello"] = shim.request("hello")
+    # the file's recommended conf: every Python task above talked to Spark over a Unix socket
+    out["unixSockets"] = spark.sparkContext.getConf().get("spark.python.unix.domain.socket.enabled")
     out["progress"] = {query: len(events) for query, events in shim.progress().items()}
     controller = out["fileDefault"]["last"]["controller"]["id"]
     out["matched"] = {q: len(e) for q, e in shim.progress(match=controller, last=1).items()}

@@ -44,6 +44,7 @@ def test_the_plugin_and_listeners_run_from_the_conf_file(result: dict[str, Any])
     hello = result["hello"]
     assert hello["shim"] == SHIM_VERSION and hello["spark"] == pyspark.__version__
     assert hello["taskListener"] and hello["progressListener"]
+    assert result["unixSockets"] == "true"  # and the queries ran their Python tasks so
     ids = [result[name]["id"] for name in ("set", "option", "fileDefault")]
     for query in ids:
         assert result["progress"][query] >= 1  # the progress listener saw its batches

@@ -159,3 +159,20 @@ def test_spark_processes_keep_arrow_pages_freed_in_jemalloc():
     assert first > 10_000 and second < first / 10, ours  # 64 MiB is 16,384 pages of 4 KiB
     assert jemalloc_probe(env={name: "narenas:2"})["conf"] == "narenas:2"
     assert jemalloc_probe(as_module=False)["conf"] is None
+
+
+def test_a_session_without_the_recommended_conf_is_warned_about_once(caplog, monkeypatch):
+    from types import SimpleNamespace
+
+    from flamestream.spark import apply
+
+    def session(conf: dict[str, str]) -> Any:
+        return SimpleNamespace(sparkContext=SimpleNamespace(getConf=lambda: conf))
+
+    monkeypatch.setattr(apply, "_warned", set())
+    apply._check_recommended_conf(session(dict(launcher.RECOMMENDED_CONF)))
+    assert not caplog.records  # all set: nothing to say
+    apply._check_recommended_conf(session({}))
+    apply._check_recommended_conf(session({}))
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1 and "spark.python.unix.domain.socket.enabled is not true" in warned[0]

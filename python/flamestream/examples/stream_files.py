@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from flamestream.examples.wordcount import load_sample
-from flamestream.launcher import worker_python
+from flamestream.launcher import RECOMMENDED_CONF, worker_python
 
 FRONT_FILES = ("north.txt", "east.txt", "south.txt")
 
@@ -173,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
+        .config(map=RECOMMENDED_CONF)
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from flamestream.errors import ConfigError, GraphError
 from flamestream.graph.dataflow import Dataflow
 from flamestream.graph.logical import LogicalGraph
+from flamestream.launcher import RECOMMENDED_CONF
 from flamestream.spark.control.key_layout import ElasticPolicy
 from flamestream.spark.durable import QueryCheckpoint, filesystem, write_atomically
 from flamestream.spark.exec.front_stage import FrontStage
@@ -205,6 +206,7 @@ class SparkGraph:
         """What this application of the graph decides once: partitions, loops, state, layout."""
         if df.isStreaming:
             _no_adaptive_streaming(df.sparkSession)
+            _check_recommended_conf(df.sparkSession)
         if self.keyed and df.isStreaming and not checkpoint_location:
             raise GraphError(
                 self.graph.name,
@@ -590,6 +592,31 @@ def _no_adaptive_streaming(session: Any) -> None:
         _log.info(
             "flamestream: set %s=false (graph stages on streaming DataFrames)", ADAPTIVE_STREAMING
         )
+
+
+def _check_recommended_conf(session: Any) -> None:
+    """Warn, once per setting, where the session lacks one of ``RECOMMENDED_CONF``.
+
+    Spark reads them when its context starts, so they cannot be set here: without the Unix
+    socket each Python task of a micro-batch waits ~40 ms on TCP for nothing.
+    """
+    try:
+        conf = session.sparkContext.getConf()
+    except Exception:
+        return
+    for name, wanted in RECOMMENDED_CONF.items():
+        if name not in _warned and (conf.get(name, "") or "").lower() != wanted:
+            _warned.add(name)
+            _log.warning(
+                "flamestream: %s is not %s: set it in the session's config or "
+                "spark-defaults.conf (flamestream.launcher.RECOMMENDED_CONF)",
+                name,
+                wanted,
+            )
+
+
+#: The recommended settings already warned about in this driver process.
+_warned: set[str] = set()
 
 
 def _union(frames: list[DataFrame]) -> DataFrame:
