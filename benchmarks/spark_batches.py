@@ -4,7 +4,9 @@ A streaming query at a steady rate spends most of each micro-batch on fixed work
 offsets, the commit, Python workers), not on its rows. Two cases, each flamestream's way
 against Spark's built-in way, on the same rate and trigger, interleaved (A B A B):
 
-* ``front``: the ``generator`` front -> ``noop`` against the ``rate`` source -> ``noop``;
+* ``front``: the ``generator`` front -> ``noop`` against the ``rate`` source -> ``noop``,
+  and against the floor of any Python front: a minimal PySpark streaming data source
+  (``benchmarks.lib.python_source``: one Arrow batch per partition, nothing else) -> ``noop``;
 * ``wordcount``: the ``generator`` front -> ``SparkGraph(count of the records' keys,
   release="latest").write_stream`` -> the flamestream files sink (``release=tasks``) against
   ``rate`` -> ``groupBy(key).count()`` in update mode -> ``foreachBatch`` writing each batch's
@@ -15,7 +17,8 @@ Each run has a processing-time trigger of ``--trigger`` seconds at ``--rate`` re
 second (so about rate x trigger records a batch) and runs ``--skip`` + ``--measure`` batches;
 its first ``--skip`` batches (planning, worker start) are not measured. A batch's cost is its
 ``triggerExecution`` in the query's progress; per variant the median over all measured
-batches of all runs. Ratios are flamestream's median over Spark's (below 1: cheaper).
+batches of all runs. Ratios are flamestream's median over Spark's (below 1: cheaper); for
+``front`` also flamestream's over the minimal Python source's, and that one's over Spark's.
 Checks: every measured batch read rows; flamestream released every key, and its released
 counts per key only grow and never repeat; Spark's foreachBatch wrote every batch.
 Prints one JSON object::
@@ -33,7 +36,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from benchmarks.lib import cli
+from benchmarks.lib import cli, python_source
 from benchmarks.lib.record import emit, load_averages, machine
 from benchmarks.lib.session import local_spark
 from benchmarks.lib.stats import median
@@ -44,6 +47,9 @@ CASES: dict[str, tuple[str, str]] = {
     "front": ("generator_noop", "rate_noop"),
     "wordcount": ("generator_count", "rate_groupby"),
 }
+
+#: Per case, the least a Python data source costs on the same work (reported, no target).
+FLOORS = {"front": "python_noop"}
 
 #: The issue's targets: flamestream's median batch over Spark's, at most.
 TARGETS = {"front": 1.5, "wordcount": 1.0}
@@ -95,6 +101,10 @@ def writer(spark: Any, variant: str, args: argparse.Namespace, out: Path, ck: Pa
     if variant == "generator_noop":
         rows = generator(spark, args.rate).load()
         made = rows.writeStream.format("noop").option("checkpointLocation", str(ck))
+    elif variant == "python_noop":
+        reader = spark.readStream.format(python_source.NAME).option("rowsPerSecond", args.rate)
+        reader = reader.option("partitions", 2).option("keys", KEYS)
+        made = reader.load().writeStream.format("noop").option("checkpointLocation", str(ck))
     elif variant == "rate_noop":
         made = rate_source(spark, args.rate).writeStream.format("noop")
         made = made.option("checkpointLocation", str(ck))
@@ -182,7 +192,8 @@ def _check_counts(out: Path) -> str | None:
 def measure(args: argparse.Namespace, work: cli.Workdir) -> dict[str, Any]:
     """Every case's variants, interleaved over ``--repeat`` rounds; the report."""
     spark = local_spark("flamestream-batches")
-    variants = [v for case in args.cases for v in CASES[case]]
+    python_source.register(spark)
+    variants = [v for case in args.cases for v in (*CASES[case], *_floor(case))]
     runs: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     try:
         for _ in range(args.repeat):
@@ -221,6 +232,9 @@ def report(
             "target_at_most": TARGETS[case],
             "target_met": ratio <= TARGETS[case],
         }
+        for floor in _floor(case):
+            cases[case][f"{ours}_over_{floor}"] = round(batch_ms[ours] / batch_ms[floor], 3)
+            cases[case][f"{floor}_over_{spark}"] = round(batch_ms[floor] / batch_ms[spark], 3)
     return {
         "machine": machine(version, shuffle_partitions=2),
         "settings": {k: getattr(args, k) for k in ("rate", "trigger", "measure", "skip")},
@@ -229,6 +243,11 @@ def report(
         "variants": medians,
         "notes": [__doc__.split("\n\n")[2].replace("\n", " ") if __doc__ else ""],
     }
+
+
+def _floor(case: str) -> tuple[str, ...]:
+    """The case's floor variant, if it has one."""
+    return (FLOORS[case],) if case in FLOORS else ()
 
 
 def main(argv: list[str] | None = None) -> int:
