@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -167,3 +168,25 @@ def test_an_aborted_part_leaves_no_file():
                 parts.abort()
             assert parts.rows == 10 and len(parts.parts) == 2
             assert not list(Path(folder).iterdir())
+
+
+def test_a_part_written_in_the_background_raises_a_failed_write_and_leaves_no_file(tmp_path):
+    """The files sink writes its parts on a thread (``BackgroundPart``); a failed write is
+    raised by the part's close, before the task could report the part, and its file is gone."""
+    folder = str(tmp_path)
+    part = sink(folder, "parquet").open_part(3, 0)
+    part.write(table([(1, 0, b"", 0)], 0))
+    part.write(table([(2, 0, b"", 0)], 1).drop_columns(["value"]))  # not the part's schema
+    with pytest.raises(ValueError, match="schema"):
+        part.close()
+    assert not list(tmp_path.iterdir())  # neither the attempt's file nor a hidden part
+
+
+def test_an_aborted_background_part_waits_for_its_write_and_leaves_no_file(tmp_path):
+    folder = str(tmp_path)
+    for second in (table([(2, 0, b"", 0)], 1), table([(2, 0, b"", 0)], 1).drop_columns(["value"])):
+        part = sink(folder, "parquet").open_part(4, 0)
+        part.write(table([(1, 0, b"", 0)], 0))
+        part.write(second)  # a good write, or one that fails on the thread
+        part.abort()
+        assert not list(tmp_path.iterdir())

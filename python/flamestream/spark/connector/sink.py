@@ -21,10 +21,12 @@ Two release modes (option ``release``):
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -90,6 +92,52 @@ class PartWriter(ABC):
     @abstractmethod
     def abort(self) -> None:
         """Drop what was written: the task failed before the part was finished."""
+
+
+class BackgroundPart(PartWriter):
+    """A part whose writes run on a thread of their own, one at a time, as the task goes on.
+
+    A keyed task releasing every update makes its rows run by run; each run's write (Parquet
+    encoding, the file's bytes) then runs while the task makes the next: pyarrow's writers
+    and file writes let go of the GIL. Where a Spark stage waits for its longest task, that
+    task has a core to itself at its end. At most one write runs and none waits: ``write``
+    first waits for the one before (the task holds one run more than it did). A write that
+    failed raises from the next call; ``close`` and ``abort`` wait for the last one first.
+    """
+
+    def __init__(self, inner: PartWriter) -> None:
+        self.inner = inner
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flamestream-part")
+        self._running: Future[None] | None = None
+
+    def write(self, rows: pa.Table) -> None:
+        """Hand ``rows`` to the thread once the write before them is done."""
+        self._wait()
+        self._running = self._thread.submit(self.inner.write, rows)
+
+    def close(self) -> str:
+        """The last write done, the part finished (an incomplete one is dropped, and raises)."""
+        try:
+            self._wait()
+        except BaseException:  # the part is incomplete: drop the attempt's file
+            self.inner.abort()
+            raise
+        finally:
+            self._thread.shutdown()
+        return self.inner.close()
+
+    def abort(self) -> None:
+        """The last write done or failed, the part dropped."""
+        with contextlib.suppress(Exception):  # what it raised: the part is dropped either way
+            self._wait()
+        self._thread.shutdown()
+        self.inner.abort()
+
+    def _wait(self) -> None:
+        """Wait for the running write; raise what it raised."""
+        running, self._running = self._running, None
+        if running is not None:
+            running.result()
 
 
 class _CollectedPart(PartWriter):
