@@ -121,7 +121,7 @@ def once(graph: Any, rows: list[pa.RecordBatch], out: Path) -> dict[str, float]:
             for done in task.through_tails(output, keyed.handed_payloads):
                 yield pa.Table.from_batches([_released(done)])
 
-    parts = TaskParts(sink, 0, 0)
+    parts = TaskParts(sink, 0, 0, background=True)  # as the sink's keyed write task has it
     left = fill_parts(parts, released(), everything)
     if (left is not None and left.num_rows) or len(parts.parts) != 1:
         msg = "every row below the min-time should go into one part"

@@ -18,7 +18,13 @@ from hypothesis import strategies as st
 
 from flamestream.model import GlobalTime
 from flamestream.spark.connector.options import OptionReader
-from flamestream.spark.connector.sink import STREAMED_PARTS, TaskParts, _ready, fill_parts
+from flamestream.spark.connector.sink import (
+    STREAMED_PARTS,
+    BackgroundPart,
+    TaskParts,
+    _ready,
+    fill_parts,
+)
 from flamestream.spark.exec.items import MAY_INVALIDATE, TOMBSTONE
 from pyspark_flamestream.sinks.files import FilesOutput
 
@@ -87,7 +93,7 @@ def test_parts_take_releasable_rows_in_meta_order_and_lose_none(blocks, min_ts, 
         first += len(rows)
     min_time = GlobalTime(min_ts, 0)
     with tempfile.TemporaryDirectory() as folder:
-        parts = TaskParts(sink(folder, "parquet"), 3, 1)
+        parts = TaskParts(sink(folder, "parquet"), 3, 1, background=True)  # as keyed tasks
         rest = fill_parts(parts, tables, min_time)
         names = parts.close()
         written = [read_part(folder, "parquet", name) for name in names]
@@ -153,9 +159,9 @@ def test_an_aborted_part_leaves_no_file():
     """A task that fails mid-way (a step raised after some blocks were written) drops its
     attempt's file; an ordered part whose blocks stop with an error does the same."""
     rows = table([(n, 0, b"", 0) for n in range(10)], 0)
-    for fmt in ("parquet", "json"):
+    for fmt, background in [(f, b) for f in ("parquet", "json") for b in (False, True)]:
         with tempfile.TemporaryDirectory() as folder:
-            parts = TaskParts(sink(folder, fmt), 4, 0)
+            parts = TaskParts(sink(folder, fmt), 4, 0, background)
 
             def blocks() -> Any:
                 yield rows.slice(5, 5)
@@ -171,10 +177,10 @@ def test_an_aborted_part_leaves_no_file():
 
 
 def test_a_part_written_in_the_background_raises_a_failed_write_and_leaves_no_file(tmp_path):
-    """The files sink writes its parts on a thread (``BackgroundPart``); a failed write is
+    """A keyed task writes its parts on a thread (``BackgroundPart``); a failed write is
     raised by the part's close, before the task could report the part, and its file is gone."""
     folder = str(tmp_path)
-    part = sink(folder, "parquet").open_part(3, 0)
+    part = BackgroundPart(sink(folder, "parquet").open_part(3, 0))
     part.write(table([(1, 0, b"", 0)], 0))
     part.write(table([(2, 0, b"", 0)], 1).drop_columns(["value"]))  # not the part's schema
     with pytest.raises(ValueError, match="schema"):
@@ -185,7 +191,7 @@ def test_a_part_written_in_the_background_raises_a_failed_write_and_leaves_no_fi
 def test_an_aborted_background_part_waits_for_its_write_and_leaves_no_file(tmp_path):
     folder = str(tmp_path)
     for second in (table([(2, 0, b"", 0)], 1), table([(2, 0, b"", 0)], 1).drop_columns(["value"])):
-        part = sink(folder, "parquet").open_part(4, 0)
+        part = BackgroundPart(sink(folder, "parquet").open_part(4, 0))
         part.write(table([(1, 0, b"", 0)], 0))
         part.write(second)  # a good write, or one that fails on the thread
         part.abort()

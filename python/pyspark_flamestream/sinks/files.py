@@ -28,7 +28,7 @@ from pyspark import TaskContext
 
 from flamestream.errors import ConfigError
 from flamestream.spark.connector.options import OptionReader
-from flamestream.spark.connector.sink import BackgroundPart, PartWriter, SinkOutput
+from flamestream.spark.connector.sink import PartWriter, SinkOutput
 
 
 class FilesOutput(SinkOutput):
@@ -84,10 +84,9 @@ class FilesOutput(SinkOutput):
         """A task's part, written as its blocks come (a Parquet row group, or lines, each).
 
         Into a file of the task attempt's own, renamed to the part's hidden name when closed:
-        concurrent attempts never interleave. Written on a thread of the part's own while the
-        task makes its next rows (``BackgroundPart``).
+        concurrent attempts never interleave.
         """
-        return BackgroundPart(_FilesPart(self, batch_id, partition_id, run))
+        return _FilesPart(self, batch_id, partition_id, run)
 
     def discard(self, batch_id: int, parts: list[str]) -> None:
         """Remove parts a replayed batch wrote after its commit had already been done."""

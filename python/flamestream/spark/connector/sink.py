@@ -100,9 +100,11 @@ class BackgroundPart(PartWriter):
     A keyed task releasing every update makes its rows run by run; each run's write (Parquet
     encoding, the file's bytes) then runs while the task makes the next: pyarrow's writers
     and file writes let go of the GIL. Where a Spark stage waits for its longest task, that
-    task has a core to itself at its end. At most one write runs and none waits: ``write``
-    first waits for the one before (the task holds one run more than it did). A write that
-    failed raises from the next call; ``close`` and ``abort`` wait for the last one first.
+    task has a core to itself at its end. Only a task that runs a keyed stage writes so
+    (``TaskParts``' ``background``): a read task's rows (a passthrough) leave nothing to
+    overlap, and there the thread measured slower. At most one write runs and none waits:
+    ``write`` first waits for the one before (the task holds one run more than it did). A
+    write that failed raises from the next call; ``close`` and ``abort`` wait for it first.
     """
 
     def __init__(self, inner: PartWriter) -> None:
@@ -244,11 +246,21 @@ def first_meta(rows: pa.Table) -> list[Any] | None:
 
 
 class OrderedPart:
-    """A task's part, opened at its first block, that takes blocks in meta order only."""
+    """A task's part, opened at its first block, that takes blocks in meta order only.
 
-    def __init__(self, output: SinkOutput, batch_id: int, partition_id: int, run: int = 0):
+    ``background``: written on a thread of its own (:class:`BackgroundPart`).
+    """
+
+    def __init__(
+        self,
+        output: SinkOutput,
+        batch_id: int,
+        partition_id: int,
+        run: int = 0,
+        background: bool = False,
+    ) -> None:
         self.output, self.batch_id, self.partition_id = output, batch_id, partition_id
-        self.run = run
+        self.run, self.background = run, background
         self.writer: PartWriter | None = None
         self.rows = 0
         self.last: list[Any] | None = None  # the meta (ts, front[, trace]) of the last row
@@ -260,7 +272,8 @@ class OrderedPart:
     def write(self, rows: pa.Table) -> None:
         """Append ``rows``, in meta order and :meth:`follows` the part's last row."""
         if self.writer is None:
-            self.writer = self.output.open_part(self.batch_id, self.partition_id, self.run)
+            opened = self.output.open_part(self.batch_id, self.partition_id, self.run)
+            self.writer = BackgroundPart(opened) if self.background else opened
         self.writer.write(rows)
         self.rows += rows.num_rows
         self.last = [rows.column(n)[-1].as_py() for n in _META if n in rows.column_names]
@@ -291,11 +304,15 @@ class TaskParts:
     A block in meta order goes into the part whose last row is the latest not after the
     block's first (the tightest fit), else into a new part while fewer than
     :data:`STREAMED_PARTS` are open; else it is held. Each part is a file, sorted on its
-    own, as the parts of different tasks are.
+    own, as the parts of different tasks are. ``background``: the parts are written on
+    threads of their own (the task runs a keyed stage: :class:`BackgroundPart`).
     """
 
-    def __init__(self, output: SinkOutput, batch_id: int, partition_id: int) -> None:
+    def __init__(
+        self, output: SinkOutput, batch_id: int, partition_id: int, background: bool = False
+    ) -> None:
         self.output, self.batch_id, self.partition_id = output, batch_id, partition_id
+        self.background = background
         self.parts: list[OrderedPart] = []
 
     @property
@@ -325,7 +342,9 @@ class TaskParts:
         return max(fits, key=lambda part: part.last or [], default=None)
 
     def _opened(self) -> OrderedPart:
-        part = OrderedPart(self.output, self.batch_id, self.partition_id, len(self.parts))
+        part = OrderedPart(
+            self.output, self.batch_id, self.partition_id, len(self.parts), self.background
+        )
         self.parts.append(part)
         return part
 
@@ -409,7 +428,8 @@ class BarrierWriter(DataSourceStreamArrowWriter):
         # 1. the min-time
         min_time = read_min_time(self.checkpoint, batch_id, in_task=True)
         # 2. and 3.
-        parts = TaskParts(self.output, batch_id, partition_id)
+        # a keyed stage's runs are written while the next are made (BackgroundPart)
+        parts = TaskParts(self.output, batch_id, partition_id, background=self.stage is not None)
         try:
             rest = fill_parts(parts, (pa.Table.from_batches([b]) for b in blocks), min_time)
         except BaseException:  # a failed task (a step that raised) leaves no half part behind
