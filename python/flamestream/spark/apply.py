@@ -602,7 +602,7 @@ def _check_recommended_conf(session: Any) -> None:
     """
     try:
         conf = session.sparkContext.getConf()
-    except Exception:
+    except Exception:  # no SparkContext to ask (Spark Connect): nothing to say
         return
     for name, wanted in RECOMMENDED_CONF.items():
         if name not in _warned and (conf.get(name, "") or "").lower() != wanted:
