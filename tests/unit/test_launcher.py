@@ -176,3 +176,15 @@ def test_a_session_without_the_recommended_conf_is_warned_about_once(caplog, mon
     apply._check_recommended_conf(session({}))
     warned = [r.getMessage() for r in caplog.records]
     assert len(warned) == 1 and "spark.python.unix.domain.socket.enabled is not true" in warned[0]
+
+
+def test_every_recommended_setting_is_a_line_of_the_conf_file_users_add():
+    """``RECOMMENDED_CONF`` (the sessions the project starts) and ``conf/spark-defaults.conf``
+    (the lines users add, the tests' Spark conf) say the same: neither drifts alone."""
+    conf_file = Path(__file__).resolve().parents[2] / "conf" / "spark-defaults.conf"
+    lines = conf_file.read_text().splitlines()
+    settings = dict(
+        line.split(None, 1) for line in lines if line.strip() and not line.startswith("#")
+    )
+    for name, value in launcher.RECOMMENDED_CONF.items():
+        assert settings.get(name, "").strip() == value, f"{name} {value} not in {conf_file.name}"
