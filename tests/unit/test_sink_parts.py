@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from collections import Counter
 from itertools import pairwise
@@ -176,23 +177,43 @@ def test_an_aborted_part_leaves_no_file():
             assert not list(Path(folder).iterdir())
 
 
-def test_a_part_written_in_the_background_raises_a_failed_write_and_leaves_no_file(tmp_path):
-    """A keyed task writes its parts on a thread (``BackgroundPart``); a failed write is
-    raised by the part's close, before the task could report the part, and its file is gone."""
+@pytest.mark.parametrize("after", [0, 1, 2], ids=["last", "then-one", "then-two"])
+def test_a_failed_background_write_fails_the_part_and_leaves_no_file(tmp_path, after):
+    """A keyed task writes its parts on a thread (``BackgroundPart``), one run at a time. A
+    failed write is raised by the part's next write or its close, before the task could
+    report the part, and its file is gone."""
     folder = str(tmp_path)
     part = BackgroundPart(sink(folder, "parquet").open_part(3, 0))
     part.write(table([(1, 0, b"", 0)], 0))
     part.write(table([(2, 0, b"", 0)], 1).drop_columns(["value"]))  # not the part's schema
     with pytest.raises(ValueError, match="schema"):
+        for n in range(after):  # the first of these waits for the bad run's write
+            part.write(table([(3 + n, 0, b"", 0)], 2 + n))
         part.close()
+    part.abort()  # what a task does when its write raises
     assert not list(tmp_path.iterdir())  # neither the attempt's file nor a hidden part
+
+
+def test_a_background_part_writes_every_run_in_order(tmp_path):
+    part = BackgroundPart(sink(str(tmp_path), "parquet").open_part(5, 0))
+    for t in range(5):
+        part.write(table([(t, 0, b"", 0)], t))
+    name = part.close()
+    written = pq.read_table(tmp_path / f".{name}.tmp")
+    assert written.column("value").to_pylist() == [f"row {t}" for t in range(5)]
 
 
 def test_an_aborted_background_part_waits_for_its_write_and_leaves_no_file(tmp_path):
     folder = str(tmp_path)
-    for second in (table([(2, 0, b"", 0)], 1), table([(2, 0, b"", 0)], 1).drop_columns(["value"])):
+    bad = table([(2, 0, b"", 0)], 1).drop_columns(["value"])
+    good = table([(2, 0, b"", 0)], 1)
+    for runs in ([good], [good, good], [bad, good], [good, bad, good]):
         part = BackgroundPart(sink(folder, "parquet").open_part(4, 0))
         part.write(table([(1, 0, b"", 0)], 0))
-        part.write(second)  # a good write, or one that fails on the thread
+        # a bad run's failure is raised by the write after it
+        failing = any(run is bad for run in runs[:-1])
+        with pytest.raises(ValueError) if failing else contextlib.nullcontext():
+            for run in runs:  # each goes to the thread; a bad one fails there
+                part.write(run)
         part.abort()
         assert not list(tmp_path.iterdir())
