@@ -17,15 +17,16 @@ SHIM_SOURCES := jvm-shim/pom.xml $(wildcard jvm-shim/src/main/java/io/flamestrea
 export PYSPARK_PYTHON := $(abspath $(VENV)/bin/flamestream-python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VENV)/bin/flamestream-python)
 
-.PHONY: help setup run test unit lint format bench bench-spark bench-compare clean
+.PHONY: help setup run test unit lint format bench bench-spark bench-compare clean wheel constraints
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
 
-$(STAMP): setup.cfg pyproject.toml
+# setup.cfg states the dependency ranges; constraints.txt the exact versions tested (CI's).
+$(STAMP): setup.cfg pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 # The JVM shim (plugin + listeners), compiled by Maven against the installed PySpark's jars
@@ -45,6 +46,21 @@ $(PRECOMPILED): $(STAMP) python/flamestream/workers.py $(SPARK_ZIPS)
 	touch $(PRECOMPILED)
 
 setup: $(STAMP) $(SHIM) $(PRECOMPILED)  ## create .venv, install flamestream with its dev tools, build the JVM shim, precompile Spark's Python zips
+
+# The wheel users install: py3-none-any, the JVM shim jar inside (setup.py compiles it with
+# Maven against the installed PySpark). Built in .venv, which has PySpark (no build isolation);
+# a plain `pip wheel .` builds the same in an isolated environment, PySpark fetched into it.
+wheel: $(STAMP)  ## build dist/flamestream-<version>-py3-none-any.whl with the JVM shim jar inside
+	rm -rf build
+	$(PY) -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+		--wheel-dir dist .
+	@ls dist/flamestream-*-py3-none-any.whl
+
+# After a deliberate upgrade in .venv: its exact versions become the tested ones.
+constraints: $(STAMP)  ## rewrite constraints.txt from the versions installed in .venv
+	{ grep '^#' constraints.txt; $(PY) -m pip list --disable-pip-version-check --format=freeze \
+		--exclude-editable | grep -v '^pip==' | sort -f; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 run: setup  ## set up, then run the main job (a streaming query on local Spark, see README)
 	$(PY) -m flamestream.examples.stream_files

@@ -9,10 +9,17 @@ fronts' reader process, sink commits). None of those processes has a Spark sessi
 is how they read ``SET spark.flamestream.*`` confs, the listeners' progress and task metrics,
 and push gauges to Spark's metrics system.
 
+The jar ships inside the wheel (``flamestream/jars/``, put there by the build backend:
+``setup.py``). :func:`locate_jar` finds it there first, then at ``$FLAMESTREAM_SHIM_JAR``, then
+in ``pyspark/jars``. :func:`flamestream.configure` puts the found jar on the session's class
+paths; ``install`` copies it into ``pyspark/jars`` for those who configure Spark through
+``spark-defaults.conf`` (``conf/``) instead.
+
 Command line (the project's setup runs ``build``)::
 
-    python -m flamestream.jvm build   # compile the shim with Maven, install it into pyspark/jars
-    python -m flamestream.jvm path    # where the installed jar is (checked)
+    python -m flamestream.jvm build     # compile the shim with Maven, install it into pyspark/jars
+    python -m flamestream.jvm install   # copy the found (bundled) jar into pyspark/jars
+    python -m flamestream.jvm path      # where the jar is (checked)
 """
 
 from __future__ import annotations
@@ -45,6 +52,8 @@ RENDEZVOUS = "flamestream-shim.json"
 CONF_PREFIX = "spark.flamestream."
 
 JAR_NAME = f"flamestream-shim-{SHIM_VERSION}.jar"
+#: The environment variable naming a shim jar to use (checked like any other).
+JAR_ENV = "FLAMESTREAM_SHIM_JAR"
 
 
 class ShimError(FlameStreamError):
@@ -63,20 +72,45 @@ def _source_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "jvm-shim"
 
 
+def bundled_jar() -> Path:
+    """Where a wheel carries the shim jar (``flamestream/jars/``; absent in a checkout)."""
+    return Path(__file__).resolve().parent / "jars" / JAR_NAME
+
+
 def locate_jar() -> Path:
-    """The shim jar: ``$FLAMESTREAM_SHIM_JAR``, else the one installed into pyspark/jars."""
-    given = os.environ.get("FLAMESTREAM_SHIM_JAR")
-    candidates = [Path(given)] if given else [spark_jars_dir() / JAR_NAME]
+    """The shim jar, checked: the wheel's, else ``$FLAMESTREAM_SHIM_JAR``, else pyspark/jars'.
+
+    A checkout (an editable install) has no bundled jar: ``make setup`` builds one into
+    pyspark/jars.
+    """
+    given = os.environ.get(JAR_ENV)
+    candidates = [bundled_jar(), *([Path(given).expanduser()] if given else [])]
+    candidates.append(spark_jars_dir() / JAR_NAME)
     for path in candidates:
         if path.is_file():
             check_jar(path)
             return path
     msg = (
         f"flamestream shim jar not found (looked at {', '.join(map(str, candidates))}). "
-        "Hint: run `make setup` or `python -m flamestream.jvm build` in a source checkout "
-        "(needs Java 17 and Maven), or set FLAMESTREAM_SHIM_JAR to the jar's path"
+        "Hint: install flamestream from its wheel (it carries the jar), run `make setup` or "
+        "`python -m flamestream.jvm build` in a source checkout (needs Java 17 and Maven), "
+        f"or set {JAR_ENV} to the jar's path"
     )
     raise ShimError(msg)
+
+
+def install_jar() -> Path:
+    """Copy the found shim jar (the wheel's first) into pyspark/jars; the installed path.
+
+    For sessions configured by ``spark-defaults.conf`` (``conf/``) instead of
+    :func:`flamestream.configure`: pyspark/jars is on the class path of the driver and of
+    every executor Spark starts from this installation, so the conf file needs no jar path.
+    """
+    source = locate_jar()
+    target = spark_jars_dir() / JAR_NAME
+    if source.resolve() != target.resolve():
+        shutil.copyfile(source, target)
+    return target
 
 
 def check_jar(path: Path) -> dict[str, str]:
@@ -254,11 +288,13 @@ def conf_defaults(shim: Shim | None = None) -> dict[str, str]:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m flamestream.jvm build | path``."""
+    """``python -m flamestream.jvm build | install | path``."""
     command = argv[0] if argv else "path"
     try:
         if command == "build":
             print(build())
+        elif command == "install":
+            print(install_jar())
         elif command == "path":
             print(locate_jar())
         else:

@@ -1,9 +1,10 @@
 """A real single-node Apache Kafka broker (KRaft mode) for tests and demos, no manual steps.
 
-:func:`ensure_kafka_jars` resolves the broker's jars from Maven Central once (with the POM in
-``integration/kafka/pom.xml``) into a cache directory. :class:`KafkaBroker` formats a fresh
-log directory in a temporary directory, starts ``java kafka.Kafka`` on free loopback ports as
-a child process and waits until the broker answers metadata requests::
+:func:`ensure_kafka_jars` resolves the broker's jars from Maven Central once (with the POM
+``kafka-pom.xml`` beside this module, package data of the wheel) into a cache directory.
+:class:`KafkaBroker` formats a fresh log directory in a temporary directory, starts
+``java kafka.Kafka`` on free loopback ports as a child process and waits until the broker
+answers metadata requests::
 
     with KafkaBroker() as broker:
         broker.create_topic("words", partitions=3)
@@ -16,8 +17,7 @@ Needs ``java`` (17 or newer; ``JAVA_HOME`` is honoured) and, for the first downl
     the jar directory (default ``~/.cache/flamestream/kafka-<version>``, or under
     ``$XDG_CACHE_HOME``).
 ``FLAMESTREAM_KAFKA_POM``
-    the POM to resolve the jars with (default: ``integration/kafka/pom.xml`` of the source
-    checkout this module was imported from).
+    the POM to resolve the jars with (default: ``kafka-pom.xml`` beside this module).
 """
 
 from __future__ import annotations
@@ -118,12 +118,14 @@ def default_kafka_jars_dir() -> Path:
     return Path(cache_home) / "flamestream" / f"kafka-{KAFKA_VERSION}"
 
 
+#: The POM that resolves the broker's jars: package data, beside this module.
+BUNDLED_POM = Path(__file__).resolve().parent / "kafka-pom.xml"
+
+
 def _find_pom() -> Path | None:
     if env := os.environ.get(POM_ENV):
         return Path(env).expanduser()
-    # python/flamestream/testing/kafka.py -> the checkout's root
-    candidate = Path(__file__).resolve().parents[3] / "integration" / "kafka" / "pom.xml"
-    return candidate if candidate.is_file() else None
+    return BUNDLED_POM if BUNDLED_POM.is_file() else None
 
 
 def _sha256(path: Path) -> str:
@@ -205,11 +207,11 @@ def ensure_kafka_jars(cache_dir: Path | None = None) -> Path:
         return target
 
     if pom is None or not pom.is_file():
-        looked = os.environ.get(POM_ENV) or "integration/kafka/pom.xml of the source checkout"
+        looked = os.environ.get(POM_ENV) or str(BUNDLED_POM)
         msg = (
             f"Kafka {KAFKA_VERSION} jars are not in {target} and the POM to resolve them "
-            f"({looked}) was not found. Hint: run from a flamestream checkout, set {POM_ENV} "
-            f"to integration/kafka/pom.xml, or point {JARS_ENV} at a directory it filled"
+            f"({looked}) was not found. Hint: reinstall flamestream (the POM is package data), "
+            f"set {POM_ENV} to its kafka-pom.xml, or point {JARS_ENV} at a directory it filled"
         )
         raise KafkaSetupError(msg)
     pom_version = _pom_kafka_version(pom)
