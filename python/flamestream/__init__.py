@@ -2,7 +2,7 @@
 
 Build a graph with :class:`Dataflow` (map, flat_map, filter, broadcast, merge, grouping,
 cycles allowed), test it on the reference runtime (:mod:`flamestream.testing`), and run it on
-Spark (coming with the Spark runtime).
+Spark (:mod:`flamestream.spark`) in a session set up by :func:`configure`.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     )
     from flamestream.model import END_OF_TIME, DataItem, GlobalTime, LocalTime, Meta, invalidates
     from flamestream.runtime import ReferenceRuntime, Released
+    from flamestream.session import configure
 
 #: Where each public name lives. Imported on first use (PEP 562), so that importing one
 #: submodule (``flamestream.launcher``, which every Python process Spark starts runs first)
@@ -66,6 +67,7 @@ _EXPORTS = {
     "invalidates": "flamestream.model",
     "ReferenceRuntime": "flamestream.runtime",
     "Released": "flamestream.runtime",
+    "configure": "flamestream.session",
 }
 
 
@@ -108,6 +110,7 @@ __all__ = [
     "Template",
     "UnhashableKeyError",
     "__version__",
+    "configure",
     "count",
     "invalidates",
     "map_reduce",

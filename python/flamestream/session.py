@@ -1,0 +1,197 @@
+"""``flamestream.configure(SparkSession.builder)``: a session set up for flamestream in one call.
+
+What a user would otherwise copy by hand (``conf/spark-defaults.conf``, ``PYSPARK_PYTHON``):
+
+- the JVM shim (:func:`flamestream.jvm.locate_jar`: the wheel's jar first) in ``spark.jars``
+  and in ``spark.driver.extraClassPath`` / ``spark.executor.extraClassPath``, so the plugin is
+  on the class path when Spark loads it at start; not when the jar is already in pyspark/jars
+  (a checkout after ``make setup``, or ``python -m flamestream.jvm install``);
+- the plugin and both listeners (``spark.plugins``, ``spark.extraListeners``,
+  ``spark.sql.streaming.streamingQueryListeners``), added to any the builder already has;
+- :data:`flamestream.launcher.RECOMMENDED_CONF`;
+- ``flamestream-python`` as Spark's Python, in this process's environment, which the Spark
+  JVM inherits when the session starts it: ``PYSPARK_PYTHON`` (the SparkContext starts every
+  worker with it) and ``PYSPARK_DRIVER_PYTHON``. The JVM starts a Python data source's
+  planner and a streaming source's runner with ``PYSPARK_DRIVER_PYTHON``, else
+  ``PYSPARK_PYTHON``, from its own environment (``PythonUtils.pythonExec``; Spark confs such
+  as ``spark.pyspark.driver.python`` do not reach it). Started with a plain ``python`` there,
+  each query takes 1.3-1.7 s from start to its first trigger instead of 0.1-0.2 s.
+
+A variable already naming another interpreter is replaced by the ``flamestream-python``
+beside it when there is one (the same interpreter, started the fast way); otherwise it is
+kept, with a warning naming it and the fix. So is a Spark JVM that started before this call.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from flamestream import jvm
+from flamestream.launcher import RECOMMENDED_CONF, worker_python
+
+_log = logging.getLogger(__name__)
+
+#: The environment variables naming Spark's Python: workers', then the data source runners'.
+PYTHON_ENV = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
+#: The launcher's command name (``flamestream.launcher``).
+LAUNCHER = "flamestream-python"
+#: Comma-separated confs that may hold other classes or jars too: ours are added to them.
+_LISTS = (
+    "spark.jars",
+    "spark.plugins",
+    "spark.extraListeners",
+    "spark.sql.streaming.streamingQueryListeners",
+)
+_CLASS_PATHS = ("spark.driver.extraClassPath", "spark.executor.extraClassPath")
+
+Builder = TypeVar("Builder")
+
+
+def session_conf(jar: Path | None = None) -> dict[str, str]:
+    """The Spark confs :func:`configure` sets, before merging with the builder's own.
+
+    ``jar``: the shim jar to put on the class paths (None: it is in pyspark/jars already).
+    """
+    conf = {
+        "spark.plugins": jvm.PLUGIN_CLASS,
+        "spark.extraListeners": jvm.TASK_LISTENER_CLASS,
+        "spark.sql.streaming.streamingQueryListeners": jvm.PROGRESS_LISTENER_CLASS,
+        **{key: str(value) for key, value in RECOMMENDED_CONF.items()},
+    }
+    if jar is not None:
+        conf["spark.jars"] = str(jar)
+        conf.update(dict.fromkeys(_CLASS_PATHS, str(jar)))
+    return conf
+
+
+def merge_conf(existing: Mapping[str, Any], ours: Mapping[str, str]) -> dict[str, str]:
+    """``ours`` merged into the builder's ``existing`` options: what to set.
+
+    List confs keep the builder's entries and gain ours; a recommended setting the builder
+    already has with another value is kept, with a warning.
+
+    >>> merge_conf({"spark.plugins": "a.B"}, {"spark.plugins": "c.D"})
+    {'spark.plugins': 'a.B,c.D'}
+    """
+    merged: dict[str, str] = {}
+    for key, value in ours.items():
+        before = str(existing.get(key, "") or "")
+        if key in _LISTS:
+            items = [item for item in before.split(",") if item.strip()]
+            merged[key] = ",".join([*items, value] if value not in items else items)
+        elif key in _CLASS_PATHS:
+            items = [item for item in before.split(os.pathsep) if item]
+            merged[key] = os.pathsep.join([value, *(i for i in items if i != value)])
+        elif before and before.lower() != value.lower():
+            _log.warning(
+                "flamestream: the session sets %s=%s, flamestream recommends %s "
+                "(flamestream.launcher.RECOMMENDED_CONF): keeping the session's",
+                key,
+                before,
+                value,
+            )
+        else:
+            merged[key] = value
+    return merged
+
+
+def _is_launcher(command: str) -> bool:
+    return os.path.basename(command) == LAUNCHER
+
+
+def _launcher_beside(command: str) -> str | None:
+    """The ``flamestream-python`` installed beside the interpreter ``command`` names, if any."""
+    found = shutil.which(command)
+    if found is None:
+        return None
+    beside = os.path.join(os.path.dirname(found), LAUNCHER)
+    return beside if os.access(beside, os.X_OK) else None
+
+
+def choose_python(name: str, current: str | None, wanted: str) -> str:
+    """What environment variable ``name`` should hold, given its ``current`` value.
+
+    Unset: ``wanted``. An interpreter with ``flamestream-python`` beside it: that launcher.
+    Anything else is kept, with a warning: Spark would start its Python processes slowly.
+    """
+    if not current:
+        return wanted
+    if _is_launcher(current):
+        return current
+    beside = _launcher_beside(current)
+    if beside is not None:
+        _log.info("flamestream: %s=%s becomes %s (the same interpreter)", name, current, beside)
+        return beside
+    _warn_slow_python(name, current, wanted)
+    return current
+
+
+def _warn_slow_python(name: str, current: str, wanted: str) -> None:
+    _log.warning(
+        "flamestream: %s=%s is not %s, so Spark starts its Python processes with it: "
+        "each streaming query then takes 1.3-1.7 s from start to its first trigger instead "
+        "of 0.1-0.2 s, and on a busy machine may fail with 'Python worker failed to connect "
+        "back'. Fix: unset %s or set it to %s before the session starts",
+        name,
+        current,
+        LAUNCHER,
+        name,
+        wanted,
+    )
+
+
+def _check_running_jvm() -> None:
+    """Warn when a Spark JVM already runs: it keeps the environment it started with."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    system = gateway.jvm.java.lang.System
+    name = "PYSPARK_DRIVER_PYTHON" if system.getenv("PYSPARK_DRIVER_PYTHON") else "PYSPARK_PYTHON"
+    runner = system.getenv(name) or "python3"
+    if not _is_launcher(runner):
+        _warn_slow_python(f"{name} (of the Spark JVM already running)", runner, LAUNCHER)
+    if SparkContext._active_spark_context is not None:
+        _log.warning(
+            "flamestream: a SparkContext is running already: getOrCreate() returns it, and "
+            "the plugin, listener and class path confs apply only to a new one. Fix: call "
+            "flamestream.configure before the first session starts, or stop it first"
+        )
+
+
+def configure(builder: Builder, *, python: str | None = None) -> Builder:
+    """Set up ``builder`` (a ``SparkSession.Builder``) for flamestream; returns it.
+
+    ``python``: the launcher for Spark's Python processes (default: the
+    ``flamestream-python`` beside this interpreter). See the module docstring for what is
+    set. Call it before the session's JVM starts (the first ``getOrCreate`` of the process)::
+
+        spark = flamestream.configure(SparkSession.builder.master("local[2]")).getOrCreate()
+
+    Raises :class:`flamestream.jvm.ShimError` when no shim jar is found.
+    """
+    jar = jvm.locate_jar()
+    on_class_path = jar.resolve().parent == jvm.spark_jars_dir().resolve()
+    existing: Mapping[str, Any] = getattr(builder, "_options", {})
+    for key, value in merge_conf(existing, session_conf(None if on_class_path else jar)).items():
+        builder = builder.config(key, value)  # type: ignore[attr-defined]
+    wanted = python or worker_python()
+    if not _is_launcher(wanted):
+        _log.warning(
+            "flamestream: no %s beside %s, Spark's Python processes start slowly (%s). "
+            "Fix: install flamestream into this interpreter's environment, or pass python=",
+            LAUNCHER,
+            sys.executable,
+            wanted,
+        )
+    for name in PYTHON_ENV:
+        os.environ[name] = choose_python(name, os.environ.get(name), wanted)
+    _check_running_jvm()
+    return builder
