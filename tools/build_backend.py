@@ -15,5 +15,5 @@ PYSPARK = "pyspark>=4.3,<4.4"
 
 
 def get_requires_for_build_wheel(config_settings: dict[str, str] | None = None) -> list[str]:
-    """setuptools' requirements for a wheel, and PySpark."""
+    """The requirements setuptools states for a wheel, and PySpark."""
     return [*_setuptools.get_requires_for_build_wheel(config_settings), PYSPARK]
