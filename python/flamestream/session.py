@@ -169,9 +169,10 @@ def _check_running_jvm() -> None:
 def configure(builder: Builder, *, python: str | None = None) -> Builder:
     """Set up ``builder`` (a ``SparkSession.Builder``) for flamestream; returns it.
 
-    ``python``: the launcher for Spark's Python processes (default: the
-    ``flamestream-python`` beside this interpreter). See the module docstring for what is
-    set. Call it before the session's JVM starts (the first ``getOrCreate`` of the process)::
+    ``python``: the launcher for Spark's Python processes, set whatever the environment
+    says (default: the ``flamestream-python`` beside this interpreter, unless the environment
+    names another launcher or an interpreter without one). See the module docstring for what
+    is set. Call it before the session's JVM starts (the first ``getOrCreate`` of the process)::
 
         spark = flamestream.configure(SparkSession.builder.master("local[2]")).getOrCreate()
 
@@ -191,7 +192,8 @@ def configure(builder: Builder, *, python: str | None = None) -> Builder:
             sys.executable,
             wanted,
         )
-    for name in PYTHON_ENV:
-        os.environ[name] = choose_python(name, os.environ.get(name), wanted)
+    for name in PYTHON_ENV:  # an explicit ``python`` wins over the environment
+        current = None if python else os.environ.get(name)
+        os.environ[name] = choose_python(name, current, wanted)
     _check_running_jvm()
     return builder

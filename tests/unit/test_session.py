@@ -118,3 +118,13 @@ def test_the_bundled_jar_is_found_first_and_installed_into_pyspark_jars(
     monkeypatch.setattr(jvm, "spark_jars_dir", lambda: target)
     assert jvm.main(["install"]) == 0
     assert (target / jvm.JAR_NAME).read_bytes() == bundled.read_bytes()
+
+
+def test_an_explicit_python_wins_over_the_environment(
+    clean_python_env: None, tmp_path: Path
+) -> None:
+    os.environ["PYSPARK_PYTHON"] = str(executable(tmp_path / "python3"))
+    (tmp_path / "bin").mkdir()
+    launcher = str(executable(tmp_path / "bin" / "flamestream-python"))
+    flamestream.configure(SparkSession.Builder(), python=launcher)
+    assert os.environ["PYSPARK_PYTHON"] == os.environ["PYSPARK_DRIVER_PYTHON"] == launcher
