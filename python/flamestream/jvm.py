@@ -80,12 +80,14 @@ def bundled_jar() -> Path:
 def locate_jar() -> Path:
     """The shim jar, checked: the wheel's, else ``$FLAMESTREAM_SHIM_JAR``, else pyspark/jars'.
 
-    A checkout (an editable install) has no bundled jar: ``make setup`` builds one into
+    A ``$FLAMESTREAM_SHIM_JAR`` naming no file is an error (pyspark/jars is not tried then). A
+    checkout (an editable install) has no bundled jar: ``make setup`` builds one into
     pyspark/jars.
     """
     given = os.environ.get(JAR_ENV)
     candidates = [bundled_jar(), *([Path(given).expanduser()] if given else [])]
-    candidates.append(spark_jars_dir() / JAR_NAME)
+    if not given:  # a jar named but missing is an error, not a reason to take another
+        candidates.append(spark_jars_dir() / JAR_NAME)
     for path in candidates:
         if path.is_file():
             check_jar(path)
