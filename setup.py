@@ -38,8 +38,8 @@ def shim_jar() -> Path:
     except (jvm.ShimError, ImportError) as exc:
         msg = (
             f"flamestream: the wheel needs the JVM shim jar and it could not be made: {exc}. "
-            "Hint: build with Java 17 and Maven on PATH (`make wheel`), or set "
-            f"{jvm.JAR_ENV} to a jar built by `python -m flamestream.jvm build`"
+            "To build the wheel: Java 17 and Maven on PATH (`make wheel`), or "
+            f"{jvm.JAR_ENV} naming a jar built by `python -m flamestream.jvm build`"
         )
         raise SystemExit(msg) from exc
 
