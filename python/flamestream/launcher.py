@@ -9,7 +9,9 @@ after, so on a loaded machine (load 15+ on 2 cores) the import alone outlasts th
 query fails at start with ``Python worker failed to connect back``.
 
 This launcher turns the order around. Started as ``flamestream-python -m <module>`` by Spark
-(point ``PYSPARK_PYTHON`` or ``spark.pyspark.python`` at it), it
+(``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON`` naming it in the environment the Spark JVM
+starts with, as ``flamestream.configure`` sets them; Spark confs do not reach the data source
+runners), it
 
 1. sees from the environment Spark sets whether the process must connect back
    (``PYTHON_WORKER_FACTORY_PORT`` with ``PYTHON_WORKER_FACTORY_SECRET``, or
@@ -67,8 +69,8 @@ RECOMMENDED_CONF: dict[str, Any] = {"spark.python.unix.domain.socket.enabled": "
 def worker_python() -> str:
     """The ``flamestream-python`` beside this interpreter if installed, else this interpreter.
 
-    What ``PYSPARK_PYTHON`` should name for Spark's workers (``spark.pyspark.python``, and
-    ``spark.executorEnv.PYSPARK_PYTHON`` for executors).
+    What ``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON`` should name for Spark's workers and
+    data source runners (``flamestream.configure`` sets both).
     """
     beside = os.path.join(os.path.dirname(sys.executable), "flamestream-python")
     return beside if os.access(beside, os.X_OK) else sys.executable
