@@ -29,7 +29,10 @@ runners), it
 Before any of that, a process started for a module (a worker, the daemon, a source runner)
 gets :data:`ARROW_JEMALLOC_CONF` in its environment unless the user set that variable:
 jemalloc reads it once, when pyarrow loads, so a worker cannot set it for itself
-(``flamestream.spark.exec.worker_setup`` explains why workers keep freed pages).
+(``flamestream.spark.exec.worker_setup`` explains why workers keep freed pages). A process
+the launcher runs for Spark (one that connects back, or the daemon and the workers it forks)
+also gets :data:`LAUNCHED` = the module, so that a query's source runner can tell it was
+started the fast way (``flamestream.session.slow_runner_warning``).
 
 What the process does after connecting is unchanged; the JVM waits for it without the 10 s
 limit. The launcher imports nothing of flamestream or pyspark before step 2 (a test checks).
@@ -55,6 +58,11 @@ _AUTH_TIMEOUT = 15
 #: The environment variable pyarrow's bundled jemalloc reads its options from, and ours for
 #: Spark's Python processes: freed pages are kept for reuse, never handed back
 ARROW_JEMALLOC_CONF = ("JE_ARROW_MALLOC_CONF", "dirty_decay_ms:-1,muzzy_decay_ms:-1")
+#: The environment variable marking a Spark process run by this launcher (value: the module).
+#: Not set when the launcher only hands its arguments to the interpreter (a script, ``-c``, a
+#: module that does not connect back): a driver started so is the user's, and the Spark JVM it
+#: starts (which inherits its environment) may well start its own processes without us.
+LAUNCHED = "FLAMESTREAM_LAUNCHED"
 
 
 #: The Spark settings flamestream's Python processes want, for a session's ``config`` (or
@@ -197,6 +205,7 @@ def main(argv: list[str] | None = None) -> None:
     if target is None or (address is None and not daemon):
         os.execv(sys.executable, [sys.executable, *args])  # noqa: S606  (exactly `python ARGS`)
     module, module_args = target
+    os.environ[LAUNCHED] = module  # inherited by the daemon's workers and the warm child
     connection = None
     if address is not None and not daemon:
         try:

@@ -149,7 +149,7 @@ class FlameStreamDataSource(DataSource):
         return from_arrow_schema(pa.schema(META_FIELDS + source.payload_fields()))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        """The front's reader."""
+        """The front's reader (called once per query start, in the query's source runner)."""
         checkpoint = self._loop_checkpoint()
         if checkpoint is not None:
             return LoopReader(checkpoint)
@@ -157,6 +157,10 @@ class FlameStreamDataSource(DataSource):
         if control is not None:
             return ControlReader(*control)
         source, config = self._front_source()
+        # once per query: a graph's loop and control channels (above) run beside a front
+        from flamestream.session import warn_if_slow_runner
+
+        warn_if_slow_runner()
         return FrontReader(source, config)
 
     def reader(self, schema: StructType) -> DataSourceReader:

@@ -6,11 +6,16 @@ loaded machine"); flamestream-python connects before importing pyspark.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from pyspark.sql import SparkSession
+
+from pyspark_flamestream import FlameStreamDataSource
 
 from .conftest import files_front, write_lines
 
@@ -112,3 +117,73 @@ def test_a_worker_sets_up_at_its_first_task_and_a_driver_never(spark: SparkSessi
     here = (gc.get_freeze_count(), pa.default_memory_pool().backend_name)
     setup_worker()
     assert (gc.get_freeze_count(), pa.default_memory_pool().backend_name) == here
+
+
+@contextlib.contextmanager
+def jvm_stderr(spark: SparkSession, path: Path) -> Iterator[None]:
+    """The Spark JVM's ``System.err`` goes to ``path`` meanwhile: so does the stderr of every
+    Python process Spark starts then (``PythonWorkerFactory`` copies a new process's output to
+    the ``System.err`` of that moment)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    system = jvm.java.lang.System
+    before = system.err
+    stream = jvm.java.io.PrintStream(jvm.java.io.FileOutputStream(str(path)), True)
+    system.setErr(stream)
+    try:
+        yield
+    finally:
+        system.setErr(before)  # left open: processes started meanwhile may still write to it
+
+
+def run_generator(spark: SparkSession, checkpoint: Path) -> int:
+    """A generator -> noop query of four batches, to its end; how many batches it ran."""
+    query = (
+        spark.readStream.format("flamestream")
+        .option("front", "generator")
+        .option("rowsPerSecond", 0)
+        .option("totalRows", 40)
+        .option("maxRecordsPerTrigger", 10)
+        .option("clock", "logical")
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(120), "the generator query did not finish"
+    assert query.exception() is None
+    return sum(1 for progress in query.recentProgress if progress["numInputRows"])
+
+
+def test_a_query_s_source_runner_warns_once_when_not_started_by_the_launcher(
+    spark: SparkSession, tmp_path: Path
+):
+    """Users who set up Spark themselves hear about the slow start from each query.
+
+    The suite's session starts runners through the launcher: no warning. A session whose
+    ``format("flamestream")`` is registered while the SparkContext names a plain Python (a
+    registered source's processes run with ``SparkContext.pythonExec``) gets one per query,
+    however many batches it runs, on the JVM's stderr: where the driver's user sees it.
+    """
+    slow = spark.newSession()  # its own data source registry, the same JVM
+    context = spark.sparkContext
+    fast_python = context.pythonExec
+    context.pythonExec = sys.executable
+    try:
+        slow.dataSource.register(FlameStreamDataSource)
+    finally:
+        context.pythonExec = fast_python
+    log = tmp_path / "jvm-stderr.txt"
+    marker = "this query's source runner runs in a plain Python"
+    with jvm_stderr(spark, log):
+        assert run_generator(spark, tmp_path / "fast") == 4
+        assert run_generator(slow, tmp_path / "slow") == 4
+        deadline = time.monotonic() + 60  # the JVM copies the runner's stderr in a thread
+        while marker not in log.read_text():
+            assert time.monotonic() < deadline, f"no warning on the JVM's stderr: {log.read_text()}"
+            time.sleep(0.1)
+    text = log.read_text()
+    assert text.count(marker) == 1, text  # the slow query's, once; none for the fast one
+    assert f"({sys.executable}), not flamestream-python" in text
+    assert "flamestream.configure(SparkSession.builder)" in text

@@ -90,14 +90,17 @@ def test_the_launcher_is_installed_with_the_project():
 
 def test_without_connect_back_it_is_the_plain_interpreter():
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON_WORKER_FACTORY")}
+    env.pop(launcher.LAUNCHED, None)
+    code = "import os, sys; print(sys.executable, sys.argv[1:2], os.environ.get(sys.argv[2]))"
     done = subprocess.run(
-        [LAUNCHER, "-c", "import sys; print(sys.executable, sys.argv[1:])", "x"],
+        [LAUNCHER, "-c", code, "x", launcher.LAUNCHED],
         env=env,
         capture_output=True,
         text=True,
         check=True,
     )
-    assert done.stdout.split() == [sys.executable, "['x']"]
+    # not marked as launched: a driver started so may start Spark's runners without us
+    assert done.stdout.split() == [sys.executable, "['x']", "None"]
     # the daemon forks workers and never connects back itself: it is handed over untouched
     daemon = [LAUNCHER, "-m", "pyspark.daemon"]
     assert launcher._module_of(daemon[1:]) == ("pyspark.daemon", [])

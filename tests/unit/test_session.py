@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from pyspark.sql import SparkSession
 
 import flamestream
 from flamestream import jvm, session
-from flamestream.launcher import RECOMMENDED_CONF
+from flamestream.launcher import LAUNCHED, RECOMMENDED_CONF
 
 
 def executable(path: Path) -> Path:
@@ -128,3 +129,44 @@ def test_an_explicit_python_wins_over_the_environment(
     launcher = str(executable(tmp_path / "bin" / "flamestream-python"))
     flamestream.configure(SparkSession.Builder(), python=launcher)
     assert os.environ["PYSPARK_PYTHON"] == os.environ["PYSPARK_DRIVER_PYTHON"] == launcher
+
+
+def test_a_source_runner_started_by_a_plain_python_warns_naming_settings_cost_and_fix() -> None:
+    environ = {"PYSPARK_DRIVER_PYTHON": "/v/bin/python", "PATH": "/usr/bin"}
+    message = session.slow_runner_warning(
+        environ, session.SOURCE_RUNNER, "/v/bin/python3.11", "/v/bin/flamestream-python", 1.4567
+    )
+    assert message is not None
+    assert "source runner runs in a plain Python (/v/bin/python3.11), not flamestream-python" in (
+        message
+    )
+    assert "here PYSPARK_DRIVER_PYTHON=/v/bin/python, PYSPARK_PYTHON=(unset)" in message
+    assert "it took 1.46 s from its start" in message  # this process's own cost
+    assert "1.3-1.7 s instead of 0.1-0.2 s" in message  # and the measured one
+    assert "flamestream.configure(SparkSession.builder)" in message
+    assert "PYSPARK_DRIVER_PYTHON and PYSPARK_PYTHON=/v/bin/flamestream-python" in message
+    # no launcher beside that interpreter: the fix says where one would come from
+    bare = session.slow_runner_warning({}, session.SOURCE_RUNNER, "/usr/bin/python3", None, None)
+    assert bare is not None and "took" not in bare
+    assert "PYSPARK_DRIVER_PYTHON=(unset), PYSPARK_PYTHON=(unset)" in bare
+    assert "flamestream installed into /usr/bin/python3's environment" in bare
+
+
+def test_only_a_source_runner_not_started_by_the_launcher_warns() -> None:
+    plain = {"PYSPARK_PYTHON": "/v/bin/python"}
+    launched = {**plain, LAUNCHED: session.SOURCE_RUNNER}
+    args = ("/v/bin/python", "/v/bin/flamestream-python", 2.0)
+    assert session.slow_runner_warning(launched, session.SOURCE_RUNNER, *args) is None
+    # the read planning's streamReader call, in a worker forked by Spark's daemon: the same
+    # query, so it stays silent (one warning per query start)
+    assert session.slow_runner_warning(plain, "pyspark.daemon", *args) is None
+    assert session.slow_runner_warning(plain, session.SOURCE_RUNNER, *args) is not None
+
+
+def test_the_process_age_counts_from_the_process_start() -> None:
+    code = (
+        "import time; time.sleep(0.5); "
+        "from flamestream.session import _process_age; print(_process_age())"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert 0.5 <= float(done.stdout) < 120  # the sleep, plus the start and the import
