@@ -170,3 +170,17 @@ def test_the_process_age_counts_from_the_process_start() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert 0.5 <= float(done.stdout) < 120  # the sleep, plus the start and the import
+
+
+def test_the_warning_in_the_install_docs_is_the_one_a_runner_logs() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "install.md").read_text()
+    shown = doc.split("```text\nflamestream: this query's", 1)[1].split("```", 1)[0]
+    message = session.slow_runner_warning(
+        {"PYSPARK_DRIVER_PYTHON": "/venv/bin/python"},
+        session.SOURCE_RUNNER,
+        "/venv/bin/python3.11",
+        "/venv/bin/flamestream-python",
+        1.52,
+    )
+    assert message is not None
+    assert " ".join(f"flamestream: this query's{shown}".split()) == message
