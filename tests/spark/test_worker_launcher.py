@@ -22,17 +22,26 @@ from .conftest import files_front, write_lines
 RUNNER = b"pyspark.sql.streaming.python_streaming_source_runner"
 
 
-def source_runners() -> dict[int, tuple[list[bytes], str]]:
-    """The streaming source runner processes on this machine: pid -> (command line, maps)."""
+def source_runners(jvm: int) -> dict[int, tuple[list[bytes], str]]:
+    """The streaming source runners the JVM ``jvm`` started: pid -> (command line, maps).
+
+    Its children only: other Spark jobs on the machine start runners of their own, some with
+    a plain Python on purpose.
+    """
     found = {}
     for proc in Path("/proc").iterdir():
         try:
             cmdline = (proc / "cmdline").read_bytes().split(b"\0")
-            if RUNNER in cmdline:
+            if RUNNER in cmdline and _parent(proc) == jvm:
                 found[int(proc.name)] = (cmdline, (proc / "maps").read_text())
         except OSError:  # gone, or not a process
             continue
     return found
+
+
+def _parent(proc: Path) -> int:
+    # the field after the command name, which may hold spaces: state, then the parent's pid
+    return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 def run_until_progress(
@@ -55,7 +64,8 @@ def run_until_progress(
             assert query.exception() is None
             time.sleep(0.2)
         assert query.lastProgress is not None, "the query made no progress"
-        return source_runners()
+        jvm = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()  # type: ignore[union-attr]
+        return source_runners(jvm)
     finally:
         query.stop()
 
