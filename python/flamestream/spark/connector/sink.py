@@ -47,7 +47,13 @@ from flamestream.spark.connector.barrier import (
 from flamestream.spark.connector.faults import crash_point
 from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.durable import QueryCheckpoint, batch_id_of_task
-from flamestream.spark.durable.barrier import BarrierStore, CommitOutcome, StagedPart
+from flamestream.spark.durable.barrier import (
+    KEEP_MARKERS,
+    BarrierStore,
+    CommitOutcome,
+    StagedPart,
+)
+from flamestream.spark.durable.loop import AckTable, loops_enabled
 from flamestream.spark.durable.state import STATE_BYTES
 from flamestream.spark.exec.items import (
     MAY_INVALIDATE,
@@ -471,7 +477,22 @@ class BarrierWriter(DataSourceStreamArrowWriter):
         if outcome.skipped and written:
             self.output.discard(batchId, written)
         crash_point("sink.commit.marked", batchId)
+        self._retain(batchId)
         self._push_metrics(outcome, offsets)
+
+    def _retain(self, batch_id: int) -> None:
+        """Drop what no restart can need any more, in step with Spark's own logs.
+
+        Spark keeps ``minBatchesToRetain`` batches of its offset and commit logs; the sink's
+        markers and the graph's cached ack tables of batches before the oldest it keeps go
+        (the staging, pending, loop, slot and state files are bounded by their own stores).
+        A few listings of folders that stay that small: bounded work per batch.
+        """
+        checkpoint = QueryCheckpoint(self.checkpoint)
+        before = checkpoint.retained_from(batch_id, KEEP_MARKERS)
+        self.store.forget_before(before)
+        if loops_enabled(self.checkpoint):
+            AckTable(checkpoint.graph_url).collect(before)
 
     def _push_metrics(self, outcome: CommitOutcome, offsets: list[dict[str, Any]]) -> None:
         """The barrier's gauges, through the JVM shim if this application runs one."""
