@@ -35,6 +35,7 @@ from flamestream.spark.durable import (
     write_atomically,
 )
 from flamestream.spark.durable.barrier import KEEP_MARKERS, BarrierStore
+from flamestream.spark.durable.loop import AckTable
 from flamestream.spark.durable.state import StateStore
 from pyspark_flamestream.sinks.files import FilesOutput, _hidden
 
@@ -376,3 +377,24 @@ def test_a_batch_released_by_the_commit_is_one_whole_file(kind: str, tmp_path: P
         "y",
     ]
     assert leftovers(tmp_path) == []
+
+
+def test_ack_tables_collected_behind_an_earlier_collection_stay_right(tmp_path: Path):
+    """The sink's retention trails the loop channel's: collecting behind it changes nothing."""
+    table = AckTable(str(tmp_path))
+    for batch in range(10):  # each batch sends one item and receives the one sent before
+        table.contribute(batch, "send-0", {(batch, 0): 1000 + batch})
+        if batch:
+            table.contribute(batch, "recv-0", {(batch - 1, 0): 1000 + batch - 1})
+    want = table.after(9)
+    assert want == {(9, 0): 1009}
+    table.collect(8)  # the loop channel, 3 behind its reads
+    table.collect(3)  # the sink, in step with Spark's log: behind it
+    tables = sorted(p.name for p in (tmp_path / "ack" / "table").iterdir())
+    assert tables == ["000000000007.json", "000000000009.json"]
+    assert sorted(p.name for p in (tmp_path / "ack").iterdir()) == ["8", "9", "table"]
+    (tmp_path / "ack" / "table" / "000000000009.json").unlink()  # recomputed from 7 on
+    assert table.after(9) == want
+    table.collect(10)
+    assert sorted(p.name for p in (tmp_path / "ack" / "table").iterdir()) == ["000000000009.json"]
+    assert table.after(9) == want

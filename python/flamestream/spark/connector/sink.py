@@ -15,8 +15,8 @@ Two release modes (option ``release``):
   commit only publishes the parts of the successful task attempts (a rename; a copy on an
   object store) and releases the rest (rows above the min-time, buffered earlier) as before.
   Each part is sorted by global time, a batch's parts become visible as its commit publishes
-  them, and every row is released once; what is given up is one total order over the batch. Outputs that cannot publish parts (Kafka's
-  per-batch transaction) support ``commit`` only.
+  them, and every row is released once; what is given up is one total order over the batch.
+  Outputs that cannot publish parts (Kafka's per-batch transaction) support ``commit`` only.
 """
 
 from __future__ import annotations

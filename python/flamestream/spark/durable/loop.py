@@ -125,19 +125,26 @@ class AckTable:
     def collect(self, before: int) -> None:
         """Delete contributions and cached tables of batches before ``before``.
 
-        The newest cached table before ``before`` is kept: later tables start from it. So
-        are temporaries of older tables a crash left (POSIX file systems).
+        The newest cached table before ``before`` is kept (computed first if need be): later
+        tables start from it. Temporaries of older tables a crash left go too. Collecting
+        behind an earlier collection (the sink's retention trails the loop channel's) finds
+        nothing to delete, and computes nothing: the contributions a table before the kept
+        one would need are gone.
         """
         if before <= 0:
             return
-        self.after(before - 1)  # cached first: later tables start from it
         fs, root = filesystem(self.url)
-        remove(fs, [path for b, path in numbered_paths(fs, root) if b < before], recursive=True)
         tables = posixpath.join(root, "table")
         entries = listing(fs, tables)
+        sent = [path for b, path in numbered_paths(fs, root) if b < before]
         old = sorted((b, path) for b, path in numbered_paths(fs, tables, ".json", entries))
         old = [(b, path) for b, path in old if b < before]
-        remove(fs, [path for _, path in old[:-1]] + stale_temporaries(entries, before - 1))
+        stale = stale_temporaries(entries, before - 1)
+        if sent or len(old) > 1:
+            self.after(before - 1)  # cached first: later tables start from it
+            remove(fs, sent, recursive=True)
+            stale += [path for b, path in old if b != before - 1]
+        remove(fs, stale)
 
 
 def _parse(data: bytes) -> Xors:
