@@ -298,6 +298,14 @@ def _free_ports(count: int) -> list[int]:
             sock.close()
 
 
+def _port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
 _LIVE: set[SeaweedFS] = set()
 _LIVE_LOCK = threading.Lock()
 
@@ -601,11 +609,14 @@ class SeaweedFS:
                     f"Its log:\n{_tail(self._log_text())}"
                 )
                 raise SeaweedFSError(msg)
-            try:
-                self._probe()
-                return
-            except (OSError, ValueError) as exc:  # s3fs raises OSError subclasses
-                last_error = exc
+            if _port_open(self._port("s3")):
+                try:
+                    self._probe()
+                    return
+                # not serving yet, in any of the ways s3fs and botocore say it (connection
+                # errors are botocore's own classes); the last one is in the timeout's message
+                except Exception as exc:
+                    last_error = exc
             time.sleep(_POLL_S)
 
     def stop(self, timeout: float = 30.0) -> None:
