@@ -32,6 +32,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import fsspec.config
+
 from benchmarks.lib.record import emit, machine
 from benchmarks.lib.session import local_spark
 from benchmarks.lib.timing import Run, run_query
@@ -156,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     args = arguments(argv)
     with SeaweedFS() as s3, tempfile.TemporaryDirectory(prefix="flamestream-bench-s3-") as work:
         os.environ.update(s3.environment())  # before the session: its runners inherit it
+        fsspec.config.set_conf_env(fsspec.config.conf)  # fsspec read FSSPEC_* on import
         results = measure(args, s3, Path(work))
     report = {
         "benchmark": "spark_s3",
