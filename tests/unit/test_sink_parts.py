@@ -58,7 +58,7 @@ def read_part(folder: str, fmt: str, name: str | None = None) -> list[dict[str, 
     if name is None:
         (path,) = Path(folder).glob(".part-*.tmp")  # the hidden name the commit publishes
     else:
-        path = Path(folder) / f".{name}.tmp"
+        path = Path(folder) / name  # the attempt's hidden file, named by close()
     if fmt == "parquet":
         return pq.read_table(path).to_pylist()
     return pa.json.read_json(path).to_pylist() if path.stat().st_size else []
@@ -110,7 +110,8 @@ def test_parts_take_releasable_rows_in_meta_order_and_lose_none(blocks, min_ts, 
         assert not pc.any(_ready(rest, min_time)).as_py()
     if in_order:
         assert rest is None
-        assert names == (["part-000000000003-00001.parquet"] if everything else [])
+        # outside a task the attempt is 0: the hidden name of attempt 0's one part
+        assert names == ([".part-000000000003-00001.parquet.0.tmp"] if everything else [])
 
 
 @settings(max_examples=30, deadline=None)
@@ -199,7 +200,7 @@ def test_a_background_part_writes_every_run_in_order(tmp_path):
     for t in range(5):
         part.write(table([(t, 0, b"", 0)], t))
     name = part.close()
-    written = pq.read_table(tmp_path / f".{name}.tmp")
+    written = pq.read_table(tmp_path / name)
     assert written.column("value").to_pylist() == [f"row {t}" for t in range(5)]
 
 

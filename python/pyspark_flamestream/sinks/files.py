@@ -1,13 +1,20 @@
 """The ``files`` sink: released rows as JSON lines or Parquet files, named by batch id.
 
 With ``release=commit`` (default) a batch is one file, ``part-<batch id>.jsonl`` (or
-``.parquet``), sorted by global time. With ``release=tasks`` each write task writes its own
-sorted part, ``part-<batch id>-<partition>.jsonl`` (more parts, ``…-<partition>-<k>.jsonl``,
-when its rows come in several runs of global-time order, as a read task's sources do), under
-a hidden name (``.`` prefix, which Spark and most readers skip) that the batch's commit
-renames; the commit also removes parts of that batch that an earlier attempt left and this
-one did not write. Either way files are written through a temporary name and a replayed
-batch overwrites its own files, so readers never see a duplicate.
+``.parquet``), sorted by global time, written whole by the batch's commit
+(:func:`~flamestream.spark.durable.files.open_atomically`: a hidden temporary renamed on a
+POSIX file system, one upload on an object store); a replayed batch writes the same file.
+
+With ``release=tasks`` each write task attempt writes its own sorted part,
+``part-<batch id>-<partition>.jsonl`` (more parts, ``…-<partition>-<k>.jsonl``, when its rows
+come in several runs of global-time order, as a read task's sources do), under a hidden name
+of its attempt's own, ``.part-<batch id>-<partition>.jsonl.<attempt>.tmp`` (a ``.`` first,
+which Spark and most readers skip). The batch's commit publishes the parts its commit messages
+name, those of the successful attempts (a rename; on an object store a server-side copy,
+then a delete), and then removes every other file of the batch: visible parts an earlier
+attempt of the batch published and this one did not, hidden parts of attempts that failed or
+were killed by a crash. So a replayed batch overwrites its own files, readers never see a
+duplicate, and a restart clears what its crashed attempt left, on any store.
 
 Options: ``path`` (required), ``format`` (``json`` or ``parquet``), ``release`` (``commit``
 or ``tasks``), plus the common sink options (``checkpointLocation``, ``stateLocation``).
@@ -15,6 +22,7 @@ or ``tasks``), plus the common sink options (``checkpointLocation``, ``stateLoca
 
 from __future__ import annotations
 
+import contextlib
 import json
 import posixpath
 import struct
@@ -24,11 +32,19 @@ import fsspec
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyspark import TaskContext
 
 from flamestream.errors import ConfigError
 from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.connector.sink import PartWriter, SinkOutput
+from flamestream.spark.durable import (
+    attempt_of_task,
+    listing,
+    open_atomically,
+    publish_file,
+    remove,
+    renames_atomically,
+)
+from flamestream.spark.durable.files import TEMPORARY, abandon
 
 
 class FilesOutput(SinkOutput):
@@ -68,11 +84,9 @@ class FilesOutput(SinkOutput):
     def release(self, batch_id: int, rows: pa.Table) -> None:
         """Write the batch's file atomically."""
         fs, root = fsspec.core.url_to_fs(self.path)
-        fs.makedirs(root, exist_ok=True)
         target = posixpath.join(root, f"part-{batch_id:012d}.{self.suffix}")
-        temporary = posixpath.join(root, f".part-{batch_id:012d}.{self.suffix}.tmp")
-        self._write(fs, temporary, rows)
-        fs.mv(temporary, target)
+        with open_atomically(fs, target) as out:
+            self._write(out, rows)
 
     def write_part(self, batch_id: int, partition_id: int, rows: pa.Table, run: int = 0) -> str:
         """Write a task's part under a hidden name; the commit publishes it."""
@@ -83,44 +97,47 @@ class FilesOutput(SinkOutput):
     def open_part(self, batch_id: int, partition_id: int, run: int = 0) -> PartWriter:
         """A task's part, written as its blocks come (a Parquet row group, or lines, each).
 
-        Into a file of the task attempt's own, renamed to the part's hidden name when closed:
-        concurrent attempts never interleave.
+        Into a hidden file of the task attempt's own, which the commit publishes: concurrent
+        attempts never interleave, and each file is written once.
         """
         return _FilesPart(self, batch_id, partition_id, run)
 
     def discard(self, batch_id: int, parts: list[str]) -> None:
-        """Remove parts a replayed batch wrote after its commit had already been done."""
+        """Remove the hidden parts of a batch whose commit was done before (a replay)."""
         fs, root = fsspec.core.url_to_fs(self.path)
-        for name in parts:
-            hidden = posixpath.join(root, f".{name}.tmp")
-            if fs.exists(hidden):
-                fs.rm(hidden)
+        self._clear(fs, root, batch_id, None)
 
     def publish(self, batch_id: int, parts: list[str]) -> None:
-        """Rename the parts to their visible names; drop parts no attempt of ours wrote.
+        """Publish the attempts' hidden ``parts``; remove every other file of the batch.
 
-        Run again after a crash, it finds the parts already renamed (a replayed batch's tasks
-        wrote them again under hidden names first, so both cases end in the same files).
+        Run again after a crash, it finds the parts published already (a replayed batch's
+        tasks wrote them again under hidden names first, so both cases end in the same files).
         """
         fs, root = fsspec.core.url_to_fs(self.path)
-        fs.makedirs(root, exist_ok=True)
-        for name in parts:
-            hidden = posixpath.join(root, f".{name}.tmp")
-            if fs.exists(hidden):
-                fs.mv(hidden, posixpath.join(root, name))
-        keep = set(parts)
-        prefix = f"part-{batch_id:012d}-"
-        for path in fs.ls(root, detail=False):
-            name = posixpath.basename(path)
-            if name.startswith(prefix) and name not in keep:
-                fs.rm(path)
+        for hidden in parts:
+            with contextlib.suppress(FileNotFoundError):  # published before a crash
+                publish_file(
+                    fs, posixpath.join(root, hidden), posixpath.join(root, _visible(hidden))
+                )
+        self._clear(fs, root, batch_id, {_visible(hidden) for hidden in parts})
 
-    def _write(self, fs: Any, path: str, rows: pa.Table) -> None:
-        with fs.open(path, "wb") as out:
-            if self.format == "parquet":
-                pq.write_table(rows, out, **_parquet_options(rows.schema))
-            else:
-                _write_json_lines(out, rows)
+    def _clear(self, fs: Any, root: str, batch_id: int, keep: set[str] | None) -> None:
+        """Remove batch ``batch_id``'s hidden parts, and its visible ones not in ``keep``.
+
+        ``keep=None`` leaves the visible ones. Two listings of the batch's names only (on an
+        object store, filtered by the server): the folder itself grows without end.
+        """
+        prefix = f"part-{batch_id:012d}-"
+        stale = listing(fs, root, "." + prefix)
+        if keep is not None:
+            stale += [p for p in listing(fs, root, prefix) if posixpath.basename(p) not in keep]
+        remove(fs, stale)
+
+    def _write(self, out: Any, rows: pa.Table) -> None:
+        if self.format == "parquet":
+            pq.write_table(rows, out, **_parquet_options(rows.schema))
+        else:
+            _write_json_lines(out, rows)
 
 
 class _FilesPart(PartWriter):
@@ -128,14 +145,16 @@ class _FilesPart(PartWriter):
 
     def __init__(self, output: FilesOutput, batch_id: int, partition_id: int, run: int) -> None:
         self.fs, root = fsspec.core.url_to_fs(output.path)
-        self.fs.makedirs(root, exist_ok=True)
+        if renames_atomically(self.fs):  # a folder to make (an object store has none)
+            self.fs.makedirs(root, exist_ok=True)
         more = f"-{run}" if run else ""  # a task's further parts (most tasks write one)
-        self.name = f"part-{batch_id:012d}-{partition_id:05d}{more}.{output.suffix}"
-        context = TaskContext.get()
-        attempt = context.taskAttemptId() if context is not None else 0
-        self.own = posixpath.join(root, f".{self.name}.{attempt}.tmp")
-        self.hidden = posixpath.join(root, f".{self.name}.tmp")
+        name = f"part-{batch_id:012d}-{partition_id:05d}{more}.{output.suffix}"
+        self.hidden = _hidden(name, attempt_of_task())
+        self.own = posixpath.join(root, self.hidden)
         self.parquet = output.format == "parquet"
+        # written once, under the attempt's own name: on an object store it appears (whole)
+        # when closed; on local disk a crash leaves part of it, hidden, which the batch's
+        # commit (run again after the crash) removes
         self.out = self.fs.open(self.own, "wb")
         self.writer: pq.ParquetWriter | None = None
 
@@ -151,20 +170,27 @@ class _FilesPart(PartWriter):
             self.writer.write_table(rows)
 
     def close(self) -> str:
-        """Finish the file and give it the part's hidden name (the commit publishes it)."""
+        """Finish the file; its hidden name, for the commit to publish."""
         if self.writer is not None:
             self.writer.close()
         self.out.close()
-        self.fs.mv(self.own, self.hidden)
-        return self.name
+        return self.hidden
 
     def abort(self) -> None:
-        """Close and remove the attempt's file."""
+        """Drop the attempt's file: nothing of it stays (an upload is never completed)."""
         if self.writer is not None:  # closed first: else it writes its footer when collected
             self.writer.close()
-        self.out.close()
-        if self.fs.exists(self.own):
-            self.fs.rm(self.own)
+        abandon(self.fs, self.out, self.own)
+
+
+def _hidden(name: str, attempt: int) -> str:
+    """The hidden name task attempt ``attempt`` writes part ``name`` under."""
+    return f".{name}.{attempt}{TEMPORARY}"
+
+
+def _visible(hidden: str) -> str:
+    """The part's own name, from the hidden name of an attempt's file (:func:`_hidden`)."""
+    return hidden[1:].removesuffix(TEMPORARY).rsplit(".", 1)[0]
 
 
 def _parquet_options(schema: pa.Schema) -> dict[str, Any]:

@@ -12,11 +12,11 @@ Two release modes (option ``release``):
   as one output sorted by global time.
 * ``tasks``: a batch's min-time is in the offset log before its tasks run, so each write task
   sorts the rows it may release and writes them as its own output part, in parallel; the
-  commit only publishes the parts of the successful task attempts (a rename) and releases the
-  rest (rows above the min-time, buffered earlier) as before. Each part is sorted by global
-  time, a batch's parts become visible together, and every row is released once; what is
-  given up is one total order over the batch. Outputs that cannot publish parts (Kafka's
-  per-batch transaction) support ``commit`` only.
+  commit only publishes the parts of the successful task attempts (a rename; a copy on an
+  object store) and releases the rest (rows above the min-time, buffered earlier) as before.
+  Each part is sorted by global time, a batch's parts become visible as its commit publishes
+  them, and every row is released once; what is given up is one total order over the batch.
+  Outputs that cannot publish parts (Kafka's per-batch transaction) support ``commit`` only.
 """
 
 from __future__ import annotations
@@ -47,7 +47,13 @@ from flamestream.spark.connector.barrier import (
 from flamestream.spark.connector.faults import crash_point
 from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.durable import QueryCheckpoint, batch_id_of_task
-from flamestream.spark.durable.barrier import BarrierStore, CommitOutcome, StagedPart
+from flamestream.spark.durable.barrier import (
+    KEEP_MARKERS,
+    BarrierStore,
+    CommitOutcome,
+    StagedPart,
+)
+from flamestream.spark.durable.loop import AckTable, loops_enabled
 from flamestream.spark.durable.state import STATE_BYTES
 from flamestream.spark.exec.items import (
     MAY_INVALIDATE,
@@ -179,7 +185,8 @@ class SinkOutput:
     def write_part(self, batch_id: int, partition_id: int, rows: pa.Table, run: int = 0) -> str:
         """Write a task's part ``run`` of batch ``batch_id`` where readers do not see it yet.
 
-        Returns what :meth:`publish` needs to make it visible. A retried task overwrites it.
+        Returns what :meth:`publish` needs to make it visible. Each task attempt writes its
+        own, once.
         """
         raise NotImplementedError
 
@@ -193,7 +200,11 @@ class SinkOutput:
         return _CollectedPart(self, batch_id, partition_id, run)
 
     def publish(self, batch_id: int, parts: list[str]) -> None:
-        """Make the written ``parts`` batch ``batch_id``'s released output (idempotent)."""
+        """Make the written ``parts`` batch ``batch_id``'s released output (idempotent).
+
+        Also removes whatever else of the batch is there: parts of attempts not named (killed
+        or failed ones, or an earlier run of the batch before a crash).
+        """
         raise NotImplementedError
 
     def discard(self, batch_id: int, parts: list[str]) -> None:
@@ -471,7 +482,22 @@ class BarrierWriter(DataSourceStreamArrowWriter):
         if outcome.skipped and written:
             self.output.discard(batchId, written)
         crash_point("sink.commit.marked", batchId)
+        self._retain(batchId)
         self._push_metrics(outcome, offsets)
+
+    def _retain(self, batch_id: int) -> None:
+        """Drop what no restart can need any more, in step with Spark's own logs.
+
+        Spark keeps ``minBatchesToRetain`` batches of its offset and commit logs; the sink's
+        markers and the graph's cached ack tables of batches before the oldest it keeps go
+        (the staging, pending, loop, slot and state files are bounded by their own stores).
+        A few listings of folders that stay that small: bounded work per batch.
+        """
+        checkpoint = QueryCheckpoint(self.checkpoint)
+        before = checkpoint.retained_from(batch_id, KEEP_MARKERS)
+        self.store.forget_before(before)
+        if loops_enabled(self.checkpoint):
+            AckTable(checkpoint.graph_url).collect(before)
 
     def _push_metrics(self, outcome: CommitOutcome, offsets: list[dict[str, Any]]) -> None:
         """The barrier's gauges, through the JVM shim if this application runs one."""
@@ -499,4 +525,8 @@ class BarrierWriter(DataSourceStreamArrowWriter):
                 shim.push_metrics(f"controller.{controller['id']}", memory)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Nothing to undo: staged parts are overwritten when the batch runs again."""
+        """Nothing to undo: no commit reads what the attempts staged, and the batch runs again.
+
+        Its staged files go with the batch's staging folder; its hidden parts are removed by
+        the batch's next commit (``SinkOutput.publish``).
+        """

@@ -2,7 +2,8 @@
 
 One owner for the checkpoint's layout (:class:`QueryCheckpoint`: Spark's offset and commit
 logs, where the graph's and the sinks' stores live) and for the file operations every store
-shares (:mod:`.files`: atomic writes, numbered folders). Stores keep their own formats; they
+shares (:mod:`.files`: atomic writes on POSIX file systems and object stores alike,
+numbered folders, sweeping what crashes left). Stores keep their own formats; they
 get their locations and their writes from here.
 """
 
@@ -10,16 +11,36 @@ from flamestream.spark.durable.checkpoint import (
     GRAPH_DIR,
     SINK_DIR,
     QueryCheckpoint,
+    attempt_of_task,
     batch_id_of_task,
 )
-from flamestream.spark.durable.files import filesystem, numbered, write_atomically
+from flamestream.spark.durable.files import (
+    filesystem,
+    listing,
+    numbered,
+    numbered_paths,
+    open_atomically,
+    publish_file,
+    remove,
+    renames_atomically,
+    stale_temporaries,
+    write_atomically,
+)
 
 __all__ = [
     "GRAPH_DIR",
     "SINK_DIR",
     "QueryCheckpoint",
+    "attempt_of_task",
     "batch_id_of_task",
     "filesystem",
+    "listing",
     "numbered",
+    "numbered_paths",
+    "open_atomically",
+    "publish_file",
+    "remove",
+    "renames_atomically",
+    "stale_temporaries",
     "write_atomically",
 ]

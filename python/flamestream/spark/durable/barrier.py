@@ -2,14 +2,21 @@
 
 Layout under ``<state>/`` (any fsspec URL)::
 
-    staging/<batch>/part-<partition>.arrow   rows a write task received (overwritten on retry)
+    staging/<batch>/part-<partition>-<attempt>.arrow   rows a write task attempt received
     pending/<batch>.arrow                    rows not released after batch <batch>
     commits/<batch>.json                     the per-batch marker: done, what was released
 
+Every file is written once, whole (:func:`~flamestream.spark.durable.files.write_atomically`:
+a rename on POSIX file systems, one PUT on object stores), under a name that is a function of
+(batch, task, attempt) or of the batch alone with content that is a function of the batch.
+A staged file is read only by the name in its task's commit message, so what a failed or
+crashed attempt staged is never read, and goes with its batch's folder.
+
 A batch's commit is a pure function of (the previous batch's pending rows, the batch's staged
 rows, the batch's min-time), so running it again after a crash gives the same release, and
-outputs named by batch id are overwritten, never duplicated. Once its marker exists, a
-replayed commit does nothing.
+outputs named by batch id are overwritten, never duplicated. The commit decision is the
+marker, one atomic write: once it exists, a replayed commit does nothing. Markers are kept in
+step with Spark's offset log (:meth:`BarrierStore.forget_before`).
 
 The min-time comes from Spark's offset log, ``checkpoint/offsets/<batch>``: every flamestream
 front's end offset carries its report (see :mod:`flamestream.spark.connector.front`).
@@ -17,6 +24,7 @@ front's end offset carries its report (see :mod:`flamestream.spark.connector.fro
 
 from __future__ import annotations
 
+import contextlib
 import json
 import posixpath
 from collections.abc import Callable, Sequence
@@ -27,10 +35,23 @@ import pyarrow as pa
 
 from flamestream.model import GlobalTime
 from flamestream.spark.connector.barrier import below, drop_invalidated, ready_and_rest
-from flamestream.spark.durable import filesystem, numbered, write_atomically
+from flamestream.spark.durable import (
+    attempt_of_task,
+    filesystem,
+    listing,
+    numbered,
+    numbered_paths,
+    remove,
+    stale_temporaries,
+    write_atomically,
+)
 
 #: Batches of staging and pending files kept behind the newest commit (for inspection).
 KEEP_BATCHES = 2
+
+#: Markers kept behind the newest commit at least, whatever Spark's log retains: a restart
+#: replays at most the batch after Spark's last commit, and reads the marker before it.
+KEEP_MARKERS = 2
 
 
 @dataclass(frozen=True)
@@ -65,13 +86,18 @@ class BarrierStore:
 
     # --- executors ---------------------------------------------------------------------
 
-    def stage(self, batch_id: int, partition_id: int, table: pa.Table) -> StagedPart:
-        """Write one task's rows; a retried task overwrites the same file."""
+    def stage(
+        self, batch_id: int, partition_id: int, table: pa.Table, attempt: int | None = None
+    ) -> StagedPart:
+        """Write one task attempt's rows, under a name of its own (the commit reads it).
+
+        ``attempt``: the task attempt's id (the running task's, by default).
+        """
         fs, root = self._fs()
+        attempt = attempt_of_task() if attempt is None else attempt
         folder = posixpath.join(root, "staging", str(batch_id))
-        fs.makedirs(folder, exist_ok=True)
-        path = posixpath.join(folder, f"part-{partition_id:05d}.arrow")
-        _write_arrow(fs, path, table, racing=True)  # a task and its retry may overlap
+        path = posixpath.join(folder, f"part-{partition_id:05d}-{attempt}.arrow")
+        _write_arrow(fs, path, table)
         return StagedPart(path, table.num_rows)
 
     # --- driver --------------------------------------------------------------------------
@@ -106,8 +132,8 @@ class BarrierStore:
         """
         fs, root = self._fs()
         marker = posixpath.join(root, "commits", f"{batch_id:012d}.json")
-        # 1. committed before?
-        if fs.exists(marker):
+        # 1. committed before? (read, not listed: an object store's listing may be cached)
+        with contextlib.suppress(FileNotFoundError):
             return _outcome(batch_id, json.loads(fs.cat_file(marker)))
         # 2. merge
         buffered = self._buffered(fs, root, batch_id, parts)
@@ -122,7 +148,6 @@ class BarrierStore:
         pending_path = None
         if rest is not None and rest.num_rows:
             pending_path = posixpath.join(root, "pending", f"{batch_id:012d}.arrow")
-            fs.makedirs(posixpath.dirname(pending_path), exist_ok=True)
             _write_arrow(fs, pending_path, rest)
         # 5. release
         release(batch_id, out if out is not None and out.num_rows else None)
@@ -157,6 +182,21 @@ class BarrierStore:
         newest = self._previous_marker(fs, root, None)
         return int(newest["pending"]) if newest else 0
 
+    def forget_before(self, batch_id: int) -> int:
+        """Remove the markers of batches before ``batch_id``, but the newest few; how many.
+
+        Markers before the oldest batch Spark's offset log keeps can never be asked for
+        again (:meth:`QueryCheckpoint.retained_from`); without this the folder gains one per
+        batch for ever. Temporaries a crash left go too. One listing of a bounded folder.
+        """
+        fs, root = self._fs()
+        folder = posixpath.join(root, "commits")
+        entries = listing(fs, folder)
+        markers = sorted(numbered_paths(fs, folder, ".json", entries))
+        old = [path for batch, path in markers[:-KEEP_MARKERS] if batch < batch_id]
+        remove(fs, old + stale_temporaries(entries, batch_id))
+        return len(old)
+
     def _previous_marker(self, fs: Any, root: str, before: int | None) -> dict[str, Any] | None:
         folder = posixpath.join(root, "commits")
         batches = numbered(fs, folder, ".json")
@@ -169,22 +209,20 @@ class BarrierStore:
         return data
 
     def _collect(self, fs: Any, root: str, batch_id: int) -> None:
-        """Delete staging and pending files no commit can need any more."""
-        for kind in ("staging", "pending"):
+        """Delete staging and pending files no commit can need any more (and temporaries)."""
+        before = batch_id - KEEP_BATCHES
+        for kind, suffix in (("staging", ""), ("pending", ".arrow")):
             folder = posixpath.join(root, kind)
-            if not fs.exists(folder):
-                continue
-            for path in fs.ls(folder, detail=False):
-                name = posixpath.basename(path).split(".")[0]
-                if name.isdigit() and int(name) < batch_id - KEEP_BATCHES:
-                    fs.rm(path, recursive=True)
+            entries = listing(fs, folder)
+            old = [path for b, path in numbered_paths(fs, folder, suffix, entries) if b < before]
+            remove(fs, old + stale_temporaries(entries, before), recursive=True)
 
 
-def _write_arrow(fs: Any, path: str, table: pa.Table, *, racing: bool = False) -> None:
+def _write_arrow(fs: Any, path: str, table: pa.Table) -> None:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
-    write_atomically(fs, path, sink.getvalue().to_pybytes(), racing=racing)
+    write_atomically(fs, path, sink.getvalue().to_pybytes())
 
 
 def _read_arrow(fs: Any, path: str) -> pa.Table:

@@ -90,6 +90,17 @@ class QueryCheckpoint:
         fs, root = filesystem(self.url)
         return numbered(fs, posixpath.join(root, "offsets"))
 
+    def retained_from(self, batch_id: int, keep: int) -> int:
+        """The oldest batch a restart of this query can still need, as batch ``batch_id`` ends.
+
+        In step with Spark's own retention (``spark.sql.streaming.minBatchesToRetain``): the
+        oldest batch still in the offset log, but never more recent than ``keep`` batches
+        before ``batch_id`` (a store's own margin). Stores drop what only older batches need.
+        """
+        logged = self.logged_batches()
+        oldest = logged[0] if logged else batch_id
+        return max(0, min(oldest, batch_id - keep))
+
     def last_committed_batch(self) -> int:
         """The newest batch id in Spark's commit log (-1 if none)."""
         fs, root = filesystem(self.url)
@@ -107,3 +118,15 @@ def batch_id_of_task() -> int:
     context = TaskContext.get()
     value = context.getLocalProperty("streaming.sql.batchId") if context else None
     return int(value) if value else -1
+
+
+def attempt_of_task() -> int:
+    """The running Spark task attempt's id, unique in the application (0 outside a task).
+
+    Files a task writes for its commit message are named by it, so no two attempts (a retry,
+    a speculative copy, one killed by a crash) ever write the same name.
+    """
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return context.taskAttemptId() if context else 0

@@ -45,7 +45,11 @@ from flamestream.model import GlobalTime
 from flamestream.spark.durable import (
     QueryCheckpoint,
     filesystem,
+    listing,
     numbered,
+    numbered_paths,
+    remove,
+    stale_temporaries,
     write_atomically,
 )
 from flamestream.spark.exec.items import (
@@ -104,7 +108,7 @@ class AckTable:
         for batch in numbered(fs, root):
             if first < batch <= batch_id:
                 folder = posixpath.join(root, str(batch))
-                for path in sorted(fs.ls(folder, detail=False)):
+                for path in sorted(listing(fs, folder)):
                     if path.endswith(".json"):
                         for slot, value in _parse(fs.cat_file(path)).items():
                             table[slot] = table.get(slot, 0) ^ value
@@ -121,19 +125,26 @@ class AckTable:
     def collect(self, before: int) -> None:
         """Delete contributions and cached tables of batches before ``before``.
 
-        The newest cached table before ``before`` is kept: later tables start from it.
+        The newest cached table before ``before`` is kept (computed first if need be): later
+        tables start from it. Temporaries of older tables a crash left go too. Collecting
+        behind an earlier collection (the sink's retention trails the loop channel's) finds
+        nothing to delete, and computes nothing: the contributions a table before the kept
+        one would need are gone.
         """
         if before <= 0:
             return
-        self.after(before - 1)  # cached first: later tables start from it
         fs, root = filesystem(self.url)
-        for batch in numbered(fs, root):
-            if batch < before:
-                fs.rm(posixpath.join(root, str(batch)), recursive=True)
         tables = posixpath.join(root, "table")
-        old = [batch for batch in numbered(fs, tables, ".json") if batch < before]
-        for batch in old[:-1]:
-            fs.rm(posixpath.join(tables, f"{batch:012d}.json"))
+        entries = listing(fs, tables)
+        sent = [path for b, path in numbered_paths(fs, root) if b < before]
+        old = sorted((b, path) for b, path in numbered_paths(fs, tables, ".json", entries))
+        old = [(b, path) for b, path in old if b < before]
+        stale = stale_temporaries(entries, before - 1)
+        if sent or len(old) > 1:
+            self.after(before - 1)  # cached first: later tables start from it
+            remove(fs, sent, recursive=True)
+            stale += [path for b, path in old if b != before - 1]
+        remove(fs, stale)
 
 
 def _parse(data: bytes) -> Xors:
@@ -166,7 +177,7 @@ class LoopStore:
         for batch in numbered(fs, root):
             if after < batch <= through:
                 folder = posixpath.join(root, str(batch))
-                paths = sorted(p for p in fs.ls(folder, detail=False) if p.endswith(".arrow"))
+                paths = sorted(p for p in listing(fs, folder) if p.endswith(".arrow"))
                 found += [(batch, path) for path in paths]
         return found
 
@@ -182,9 +193,7 @@ class LoopStore:
     def collect(self, before: int) -> None:
         """Delete the loop files of batches before ``before``."""
         fs, root = filesystem(self.url)
-        for batch in numbered(fs, root):
-            if batch < before:
-                fs.rm(posixpath.join(root, str(batch)), recursive=True)
+        remove(fs, [path for b, path in numbered_paths(fs, root) if b < before], recursive=True)
 
 
 _LOOPS: dict[str, bool] = {}

@@ -5,14 +5,15 @@ Layout: ``<graph>/slots/<batch>/<task>.json`` (:class:`SlotLoads`).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import posixpath
 from collections.abc import Mapping
 
 from flamestream.spark.durable import (
     filesystem,
-    numbered,
+    listing,
+    numbered_paths,
+    remove,
     write_atomically,
 )
 
@@ -33,19 +34,18 @@ class SlotLoads:
     def forget_before(self, batch_id: int) -> None:
         """Remove the counts of batches before ``batch_id`` (the control channel, once judged)."""
         fs, root = filesystem(self.url)
-        for old in numbered(fs, root):
-            if old < batch_id:
-                with contextlib.suppress(FileNotFoundError):
-                    fs.rm(posixpath.join(root, f"{old:012d}"), recursive=True)
+        old = [path for batch, path in numbered_paths(fs, root) if batch < batch_id]
+        remove(fs, old, recursive=True)
 
     def read(self, batch_id: int) -> dict[int, int] | None:
         """All tasks' counts of a batch summed (None if no task wrote any)."""
         fs, root = filesystem(self.url)
         folder = posixpath.join(root, f"{batch_id:012d}")
-        if not fs.exists(folder):
+        entries = listing(fs, folder)
+        if not entries:
             return None
         total: dict[int, int] = {}
-        for path in fs.ls(folder, detail=False):
+        for path in entries:
             if path.endswith(".json"):
                 for slot, items in json.loads(fs.cat_file(path)).items():
                     total[int(slot)] = total.get(int(slot), 0) + int(items)

@@ -5,7 +5,6 @@ Layout: ``<graph>/<grouping>/part-<p>/<batch>.state`` (:class:`StateStore`).
 
 from __future__ import annotations
 
-import contextlib
 import posixpath
 import time
 from typing import Any
@@ -13,9 +12,13 @@ from typing import Any
 from flamestream.spark.durable import (
     QueryCheckpoint,
     filesystem,
+    listing,
     numbered,
+    remove,
+    stale_temporaries,
     write_atomically,
 )
+from flamestream.spark.durable.files import numbered_paths
 
 #: Snapshots kept per partition: the newest, and the one a replay of the newest restores.
 KEEP_SNAPSHOTS = 2
@@ -44,15 +47,20 @@ class StateStore:
         return data
 
     def save(self, partition: int, batch_id: int, data: bytes) -> None:
-        """Write batch ``batch_id``'s snapshot atomically; drop all but the newest two."""
+        """Write batch ``batch_id``'s snapshot atomically; drop all but the newest two.
+
+        What older batches' writers left (a crash's temporary, on a POSIX file system) goes
+        too: one listing of the partition's folder, a few entries long.
+        """
         fs, folder = self._folder(partition)
         # racing: Spark may run a keyed stage once per consumer of its output in one batch
         # (no reuse after the shuffle); the copies write the same bytes, at the same time
         path = posixpath.join(folder, f"{batch_id:012d}.state")
         write_atomically(fs, path, data, racing=True)
-        for old in self._versions(fs, folder)[:-KEEP_SNAPSHOTS]:
-            with contextlib.suppress(FileNotFoundError):  # a racing copy removed it first
-                fs.rm(posixpath.join(folder, f"{old:012d}.state"))
+        entries = listing(fs, folder)
+        versions = sorted(numbered_paths(fs, folder, ".state", entries))
+        old = [old_path for _, old_path in versions[:-KEEP_SNAPSHOTS]]
+        remove(fs, old + stale_temporaries(entries, batch_id))  # a racing copy may be first
 
 
 def state_bytes(checkpoint: str) -> int:

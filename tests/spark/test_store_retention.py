@@ -1,0 +1,122 @@
+"""Every store keeps what a restart can still need and drops the rest, in step with Spark.
+
+A graph query with a loop channel (grouping state, loop files, the ack table, the barrier
+sink's staging, pending rows and markers) runs many small batches with Spark keeping
+:data:`~tests.spark.retention_job.RETAIN` batches of its logs. However many batches ran, each
+store's file count stays within a bound set by that retention and the stores' own margins,
+nothing a crash left (temporaries, hidden parts) stays, and a run killed late, after the stores
+had dropped their old files, still recovers to exactly the unbroken run's output.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from flamestream.spark.durable import GRAPH_DIR, SINK_DIR
+from flamestream.spark.durable.barrier import KEEP_BATCHES as SINK_KEEP
+from flamestream.spark.durable.barrier import KEEP_MARKERS
+from flamestream.spark.durable.loop import KEEP_BATCHES as LOOP_KEEP
+from flamestream.spark.durable.state import KEEP_SNAPSHOTS
+
+from ..crash import reachable_in_turn, released_so_far_is, run_chain, run_unbroken
+from . import retention_job
+from .conftest import write_lines
+from .retention_job import RETAIN, RETAIN_CONF
+from .test_graph_loops import edges
+
+JOB = "tests.spark.retention_job"
+
+#: Killed late in the run, when every store has dropped files already (the run has more).
+CRASHES = ["sink.commit.released:14"]
+
+
+def job_args(work: Path) -> list[str]:
+    return [str(work / d) for d in ("in", "out", "ck")]
+
+
+def make_input(folder: Path) -> None:
+    write_lines(folder / "a.txt", edges(7, 30, 16))
+    write_lines(folder / "b.txt", edges(8, 24, 16))
+
+
+def outputs(work: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((work / "out").glob("part-*"))}
+
+
+def entries(folder: Path) -> int:
+    return len(list(folder.iterdir())) if folder.exists() else 0
+
+
+def store_counts(ck: Path) -> dict[str, int]:
+    """Entries in each folder of each store under the checkpoint (the largest per kind)."""
+    graph, sink = ck / GRAPH_DIR, ck / SINK_DIR
+    states = [p for p in graph.glob("*/part-*") if p.is_dir()]
+    return {
+        "spark offsets": entries(ck / "offsets"),
+        "sink markers": entries(sink / "commits"),
+        "sink staging": entries(sink / "staging"),
+        "sink pending": entries(sink / "pending"),
+        "loop batches": entries(graph / "loop"),
+        "ack batches": sum(1 for p in (graph / "ack").glob("[0-9]*")),
+        "ack tables": entries(graph / "ack" / "table"),
+        "state per partition": max((entries(p) for p in states), default=0),
+    }
+
+
+#: The most entries each folder may hold at a batch's end, whatever the number of batches.
+BOUNDS = {
+    "spark offsets": RETAIN + 1,
+    "sink markers": max(RETAIN, KEEP_MARKERS) + 2,
+    "sink staging": SINK_KEEP + 2,
+    "sink pending": SINK_KEEP + 2,
+    "loop batches": LOOP_KEEP + 3,
+    "ack batches": max(RETAIN, LOOP_KEEP) + 3,
+    "ack tables": max(RETAIN, LOOP_KEEP) + 3,
+    "state per partition": KEEP_SNAPSHOTS,
+}
+
+
+def check_bounded(work: Path) -> int:
+    """Every store within its bound, nothing left by a crash; the number of batches run."""
+    ck = work / "ck"
+    counts = store_counts(ck)
+    assert all(counts[name] <= bound for name, bound in BOUNDS.items()), (counts, BOUNDS)
+    flamestream = [*(ck / GRAPH_DIR).rglob("*"), *(ck / SINK_DIR).rglob("*")]
+    assert not [p for p in flamestream if p.name.endswith(".tmp")], "temporaries left"
+    assert not list((work / "out").glob(".*")), "hidden parts left"
+    return max(int(p.name) for p in (ck / "commits").iterdir() if p.name.isdigit()) + 1
+
+
+@pytest.fixture(scope="module")
+def unbroken(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("unbroken-retention")
+    make_input(work / "in")
+    before = spark.conf.get(RETAIN_CONF, None)
+    try:
+        run_unbroken(lambda s: retention_job.start(s, *job_args(work)), spark)
+    finally:
+        if before is None:
+            spark.conf.unset(RETAIN_CONF)
+        else:
+            spark.conf.set(RETAIN_CONF, before)
+    return work
+
+
+def test_many_batches_leave_every_store_bounded(unbroken: Path):
+    batches = check_bounded(unbroken)
+    assert batches >= 3 * max(BOUNDS.values()), f"only {batches} batches: nothing to bound"
+    assert len(outputs(unbroken)) >= 10
+
+
+def test_a_run_killed_after_the_stores_dropped_files_recovers_exactly_once(
+    unbroken: Path, tmp_path: Path
+):
+    assert reachable_in_turn(CRASHES)
+    make_input(tmp_path / "in")
+    want = outputs(unbroken)
+    run_chain(JOB, job_args(tmp_path), CRASHES, released_so_far_is(want, lambda: outputs(tmp_path)))
+    assert outputs(tmp_path) == want
+    check_bounded(tmp_path)
