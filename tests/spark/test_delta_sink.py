@@ -19,6 +19,7 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from flamestream.errors import ConfigError
 from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.exec.stateless import render_default
 from flamestream.testing import run_in_order
@@ -162,46 +163,60 @@ def test_killed_query_leaves_every_released_row_once_in_the_table(work: Path, tm
     [
         ({}, r"sink delta: option 'path' = \(missing\).*Delta table URL"),
         ({"path": "t", "release": "tasks"}, r"sink delta: option 'release' = 'tasks'.*commit"),
-        ({"path": "t", "storageOptions": "{"}, r"'storageOptions' = '\{'.*a JSON object of str"),
-        ({"path": "t", "storageOptions": '{"a": 1}'}, r"'storageOptions'.*a JSON object of str"),
-        ({"path": "t", "appId": ""}, r"sink delta: option 'appId' = ''.*non-empty application"),
         ({"path": "file"}, r"option 'path' = '.*file'.*a Delta table.*it is a file"),
-        ({"path": "dir"}, r"option 'path' = '.*dir'.*a directory of other files"),
-        (
-            {
-                "path": "s3://bucket/table",
-                "storageOptions": json.dumps(
-                    {
-                        "AWS_ENDPOINT_URL": "http://127.0.0.1:1",
-                        "AWS_ALLOW_HTTP": "true",
-                        "AWS_REGION": "us-east-1",
-                        "AWS_ACCESS_KEY_ID": "none",
-                        "AWS_SECRET_ACCESS_KEY": "none",
-                        "max_retries": "0",
-                    }
-                ),
-            },
-            r"option 'path' = 's3://bucket/table'.*reachable with storageOptions",
-        ),
     ],
-    ids=["no-path", "tasks", "bad-json", "not-strings", "empty-app", "file", "dir", "no-store"],
+    ids=["no-path", "tasks", "file"],
 )
 def test_bad_options_fail_at_start(
     spark: SparkSession, tmp_path: Path, options: dict[str, str], pattern: str
 ):
     (tmp_path / "file").write_text("x")
-    (tmp_path / "dir").mkdir()
-    (tmp_path / "dir" / "other.txt").write_text("x")
     write_lines(tmp_path / "in" / "a.txt", ["x"])
     front = spark.readStream.format("flamestream").option("front", "files")
     writer = front.option("path", str(tmp_path / "in")).load().writeStream.format("flamestream")
     writer = writer.option("sink", "delta").option("checkpointLocation", str(tmp_path / "ck"))
     for key, value in options.items():
-        local = key == "path" and value in ("t", "file", "dir")
-        writer = writer.option(key, str(tmp_path / value) if local else value)
+        writer = writer.option(key, str(tmp_path / value) if key == "path" else value)
     with pytest.raises(Exception, match=pattern):
         query = writer.trigger(availableNow=True).start()
         query.awaitTermination(120)
         if query.exception():
             raise query.exception()  # type: ignore[misc]
     assert not (tmp_path / "t").exists()
+
+
+UNREACHABLE = {
+    "AWS_ENDPOINT_URL": "http://127.0.0.1:1",
+    "AWS_ALLOW_HTTP": "true",
+    "AWS_REGION": "us-east-1",
+    "AWS_ACCESS_KEY_ID": "none",
+    "AWS_SECRET_ACCESS_KEY": "none",
+    "max_retries": "0",
+}
+
+
+@pytest.mark.parametrize(
+    ("options", "pattern"),
+    [
+        ({"storageOptions": "{"}, r"'storageOptions' = '\{'.*a JSON object of strings"),
+        ({"storageOptions": '{"a": 1}'}, r"'storageOptions'.*a JSON object of strings"),
+        ({"appId": ""}, r"sink delta: option 'appId' = ''.*a non-empty application id"),
+        ({"path": "dir"}, r"option 'path' = '.*dir'.*a directory of other files"),
+        (
+            {"path": "s3://bucket/table", "storageOptions": json.dumps(UNREACHABLE)},
+            r"option 'path' = 's3://bucket/table'.*reachable with storageOptions \(OSError",
+        ),
+    ],
+    ids=["bad-json", "not-strings", "empty-app", "dir", "no-store"],
+)
+def test_the_sinks_options_are_checked_as_the_query_starts(
+    tmp_path: Path, options: dict[str, str], pattern: str
+):
+    """What the data source's writer does at query start (the sink's output, then its check)."""
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "other.txt").write_text("x")
+    given = {"path": str(tmp_path / "t"), "checkpointLocation": str(tmp_path / "ck")}
+    for key, value in options.items():
+        given[key] = str(tmp_path / value) if value == "dir" else value
+    with pytest.raises(ConfigError, match=pattern):
+        DeltaOutput(OptionReader("sink delta", given)).check()
