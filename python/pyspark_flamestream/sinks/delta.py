@@ -115,25 +115,24 @@ class DeltaOutput(SinkOutput):
                 f"a Delta table URL reachable with storageOptions ({type(exc).__name__}: {reason})",
             ) from None
 
-    def committed_version(self) -> int | None:
-        """The last batch id this query committed to the table (None: none, or no table)."""
+    def table(self) -> Any:
+        """The table as it is now (a ``DeltaTable``), or None if there is none yet."""
         module = deltalake(self.step)
         try:
-            table = module.DeltaTable(self.path, storage_options=self.storage_options)
+            return module.DeltaTable(self.path, storage_options=self.storage_options)
         except module.exceptions.TableNotFoundError:
             return None
-        version: int | None = table.transaction_version(self.app_id)
-        return version
 
     def release(self, batch_id: int, rows: pa.Table) -> None:
         """Append the batch's rows in one Delta commit, unless a commit of it is there."""
-        committed = self.committed_version()
+        table = self.table()
+        committed = table.transaction_version(self.app_id) if table is not None else None
         if committed is not None and committed >= batch_id:
             return  # a replayed commit: the batch is in the table already
         module = deltalake(self.step)
         transaction = module.Transaction(app_id=self.app_id, version=batch_id)
         module.write_deltalake(
-            self.path,
+            self.path if table is None else table,  # the snapshot read above: no second read
             rows,
             mode="append",
             storage_options=self.storage_options,
