@@ -81,6 +81,8 @@ _TAIL_LINES = 40
 _POLL_S = 0.1
 _START_ATTEMPTS = 3  # a free port can be taken by someone else before weed binds it
 _PROBE_BUCKET = "flamestream-probe"
+_VOLUME_MB = 16  # each a sparse file: only what is written takes disk space
+_VOLUMES = 1000
 _SIMPLE_CREDENTIALS = "SimpleAWSCredentialsProvider"  # fs.s3a.access.key and secret.key
 # weed names its gRPC unix sockets after the ports, always under /tmp, and leaves them behind
 _SOCKETS = ("master", "volume", "filer", "s3")
@@ -531,7 +533,10 @@ class SeaweedFS:
             "master.telemetry": "false",
             "volume.port": port["volume"],
             "volume.port.grpc": port["volume.grpc"],
-            "volume.max": 0,  # as many volumes as the disk holds, created on demand
+            # every bucket is a collection of its own that grows 7 volumes on its first
+            # write; small volumes, many allowed: a test makes dozens of buckets of kilobytes
+            "master.volumeSizeLimitMB": _VOLUME_MB,
+            "volume.max": _VOLUMES,
             "filer": "true",
             "filer.port": port["filer"],
             "filer.port.grpc": port["filer.grpc"],
