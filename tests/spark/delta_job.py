@@ -4,12 +4,14 @@
 
 The graph and its batches are :mod:`tests.spark.graph_crash_job`'s (Trigger.AvailableNow,
 maxRecordsPerTrigger, clock=logical: the same input always makes the same batches and global
-times); the sink is ``delta`` (default: ``<output>`` is the table) or ``files``.
+times); the sink is ``delta`` (default: ``<output>`` is the table) or ``files``. ``start``'s
+``options`` are further sink options (a table on S3: ``storageOptions``).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -21,7 +23,12 @@ from .graph_crash_job import RECORDS_PER_BATCH, word_count
 
 
 def start(
-    spark: SparkSession, source: str, out: str, checkpoint: str, sink: str = "delta"
+    spark: SparkSession,
+    source: str,
+    out: str,
+    checkpoint: str,
+    sink: str = "delta",
+    options: Mapping[str, str] | None = None,
 ) -> StreamingQuery:
     """Start the query on ``spark``."""
     reader = (
@@ -31,15 +38,15 @@ def start(
         .option("maxRecordsPerTrigger", RECORDS_PER_BATCH)
         .option("clock", "logical")
     )
-    return (
+    writer = (
         apply_graph(word_count(), reader, checkpoint_location=checkpoint, partitions=2)
         .writeStream.format("flamestream")
         .option("sink", sink)
         .option("path", out)
         .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
+        .options(**(options or {}))
     )
+    return writer.trigger(availableNow=True).start()
 
 
 if __name__ == "__main__":

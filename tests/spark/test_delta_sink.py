@@ -82,16 +82,21 @@ def test_the_table_holds_the_files_sinks_rows_and_the_reference_runtimes(
     rows = table_rows(work / "delta")
     assert rows == file_rows(work / "files")
     assert sum(1 for r in rows if r[-1].startswith("the=")) == 4  # every update released
+    assert Counter((r[0], r[1], r[-1]) for r in rows) == reference(spark, work / "in")
+
+
+def reference(spark: SparkSession, folder: Path) -> Counter[tuple[int, int, str]]:
+    """The reference runtime's word count of ``folder``: (ts, front, value), a multiset.
+
+    Global times and values only: the traces' logical times depend on the batches (replays).
+    """
     front = spark.read.format("flamestream").option("front", "files")
-    front_rows = front.option("path", str(work / "in")).option("clock", "logical").load()
+    front_rows = front.option("path", str(folder)).option("clock", "logical").load()
     inputs: dict[int, list[tuple[int, Any]]] = {}
     for row in sorted(front_rows.collect(), key=lambda r: (r.front, r.ts)):
         inputs.setdefault(row.front, []).append((row.ts, row.value))
-    reference = run_in_order(word_count(), inputs).timed()
-    # global times and values: the traces' logical times depend on the batches (replays)
-    assert Counter((r[0], r[1], r[-1]) for r in rows) == Counter(
-        (time.ts, time.front, render_default(value)) for time, value in reference
-    )
+    timed = run_in_order(word_count(), inputs).timed()
+    return Counter((time.ts, time.front, render_default(value)) for time, value in timed)
 
 
 def test_one_commit_per_batch_with_the_querys_transaction(work: Path):
