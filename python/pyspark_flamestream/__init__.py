@@ -52,6 +52,7 @@ _FRONTS = {
 _SINKS = {
     "files": ("pyspark_flamestream.sinks.files", "FilesOutput"),
     "kafka": ("pyspark_flamestream.sinks.kafka", "KafkaOutput"),
+    "delta": ("pyspark_flamestream.sinks.delta", "DeltaOutput"),
 }
 
 
