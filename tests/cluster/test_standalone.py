@@ -31,6 +31,9 @@ from ..spark.conftest import released, write_lines
 from . import wordcount_job
 
 JOB = "tests.cluster.wordcount_job"
+#: Seconds a child run may take, and to reach the gate line: generous, for a loaded machine.
+RUN_TIMEOUT_S = 600
+GATE_DEADLINE_S = 480
 
 
 def make_input(folder: Path) -> None:
@@ -99,7 +102,7 @@ def test_word_count_on_the_cluster_releases_the_reference_runtimes_rows(
 ):
     make_input(tmp_path / "in")
     since = time.time()
-    done = spawn(JOB, job_args(tmp_path, cluster.master_url), {}, timeout=300)
+    done = spawn(JOB, job_args(tmp_path, cluster.master_url), {}, timeout=RUN_TIMEOUT_S)
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     assert executors_run(cluster, since) == [1, 1]  # it ran on the cluster, an executor per Worker
     assert outputs(tmp_path) == unbroken
@@ -107,12 +110,12 @@ def test_word_count_on_the_cluster_releases_the_reference_runtimes_rows(
 
 def wait_for_gate(gate: Path, child: Future[subprocess.CompletedProcess[bytes]]) -> int:
     """The pid of the Python worker waiting at the gate line."""
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + GATE_DEADLINE_S
     while not (gate / "reached").exists():
         if child.done():
             done = child.result()
             raise AssertionError("the job ended before the gate:\n" + done.stderr.decode()[-3000:])
-        assert time.monotonic() < deadline, "no task reached the gate line in 240 s"
+        assert time.monotonic() < deadline, f"no task reached the gate in {GATE_DEADLINE_S} s"
         time.sleep(0.05)
     return int((gate / "reached").read_text())
 
@@ -130,7 +133,7 @@ def test_a_worker_killed_mid_run_changes_nothing(
     gate.mkdir()
     with ThreadPoolExecutor(1) as pool:
         child = pool.submit(
-            spawn, JOB, [*job_args(tmp_path, cluster.master_url), str(gate)], {}, 300
+            spawn, JOB, [*job_args(tmp_path, cluster.master_url), str(gate)], {}, RUN_TIMEOUT_S
         )
         waiting = wait_for_gate(gate, child)
         index = worker_of(cluster, waiting)
