@@ -99,6 +99,7 @@ def app_conf(executor_memory: str = "512m", executors: int = 2) -> dict[str, str
         "spark.executor.cores": "1",
         "spark.executor.memory": executor_memory,
         "spark.cores.max": str(executors),
+        "spark.pyspark.python": worker_python(),
         "spark.executorEnv.PYSPARK_PYTHON": worker_python(),
         "spark.scheduler.minRegisteredResourcesRatio": "1.0",
         "spark.scheduler.maxRegisteredResourcesWaitingTime": "120s",
