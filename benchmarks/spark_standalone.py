@@ -48,10 +48,10 @@ def make_input(folder: Path, lines: int) -> None:
         (folder / f"{name}.txt").write_text("".join(f"{line}\n" for line in text))
 
 
-def batches(out: Path) -> list[tuple[int, float, float]]:
+def batches(progress: Path) -> list[tuple[int, float, float]]:
     """The run's batches: (id, start in epoch seconds, duration in seconds)."""
     found = []
-    for p in json.loads(Path(f"{out}.progress.json").read_text()):
+    for p in json.loads(progress.read_text()):
         start = datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
         found.append((int(p["batchId"]), start, p["durationMs"] / 1000))
     return found
@@ -60,10 +60,10 @@ def batches(out: Path) -> list[tuple[int, float, float]]:
 def run(cluster: StandaloneCluster, work: Path, lines: int, kill: bool) -> dict[str, Any]:
     """One run of the job; with ``kill``, the gate's Worker is SIGKILLed when a task reaches it."""
     make_input(work / "in", lines)
-    gate = work / "gate"
-    gate.mkdir()
-    args = [cluster.master_url, *(str(work / d) for d in ("in", "out", "ck"))]
-    args += [str(gate)] if kill else []
+    gate = work / "gate"  # the job stops at the gate line only where this folder exists
+    if kill:
+        gate.mkdir()
+    args = [cluster.master_url, str(work)]
     began = time.perf_counter()
     with ThreadPoolExecutor(1) as pool:
         child = pool.submit(spawn, JOB, args, {}, 900)
@@ -74,7 +74,7 @@ def run(cluster: StandaloneCluster, work: Path, lines: int, kill: bool) -> dict[
         cluster.restart_worker(killed[0])
     if done.returncode != 0:
         raise RuntimeError(done.stderr.decode()[-3000:])
-    found = batches(work / "out")
+    found = batches(work / "progress.json")
     if kill and "Lost executor" not in done.stderr.decode():
         msg = "the driver did not report the killed Worker's executor as lost"
         raise RuntimeError(msg)

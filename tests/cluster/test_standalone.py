@@ -3,20 +3,23 @@ when a Worker is SIGKILLed mid-run.
 
 The word count of :mod:`tests.cluster.wordcount_job` (a grouping, the barrier sink, three files
 fronts read at one shared limit, so each grouping sees the fronts' lines out of global-time
-order) runs as a child driver on the session's cluster (:mod:`tests.cluster.conftest`: a Master
-and two Workers started through ``spark-class``, one executor on each). Its released files must
-be byte-identical to those of the same query on ``local[2]``, whose rows are the reference
-runtime's on the global times the fronts stamped. Then a task of the same query stops at a gate
-line, the test SIGKILLs the Worker hosting it (its executor goes with it, the task runs again
-on the other Worker) and the released files are still the same bytes.
+order) runs in a child driver on the session's cluster (:mod:`tests.cluster.conftest`: a Master
+and two Workers started through ``spark-class``, one executor on each), twice in one
+application. The first run's released files must be byte-identical to those of the same query
+on ``local[2]``, whose rows are the reference runtime's on the global times the fronts stamped.
+In the second run a task stops at a gate line, the test SIGKILLs the Worker hosting it (its
+executor goes with it, the task runs again on the other Worker) and the released files are
+still the same bytes.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,7 +27,7 @@ from pyspark.sql import SparkSession
 
 from flamestream.spark.exec.stateless import render_default
 from flamestream.testing import run_in_order
-from flamestream.testing.standalone import StandaloneCluster
+from flamestream.testing.standalone import StandaloneCluster, StandaloneClusterError
 
 from ..crash import run_unbroken, spawn
 from ..spark.conftest import released, write_lines
@@ -42,10 +45,6 @@ def make_input(folder: Path) -> None:
     write_lines(folder / "b.txt", ["dog dog", "the bird", "a bird", wordcount_job.GATE_LINE])
     write_lines(folder / "b.txt", ["bird and cat", "the gate"])
     write_lines(folder / "c.txt", ["a dog", "the the", "cat bird", "end of it", "dog"])
-
-
-def job_args(work: Path, master: str) -> list[str]:
-    return [master, *(str(work / d) for d in ("in", "out", "ck"))]
 
 
 def outputs(work: Path) -> dict[str, bytes]:
@@ -97,15 +96,49 @@ def executors_run(cluster: StandaloneCluster, app_since: float) -> list[int]:
     return counts
 
 
-def test_word_count_on_the_cluster_releases_the_reference_runtimes_rows(
-    cluster: StandaloneCluster, unbroken: dict[str, bytes], tmp_path: Path
-):
-    make_input(tmp_path / "in")
+@dataclass
+class ClusterRuns:
+    """One child application on the cluster: an unbroken run, then one losing a Worker."""
+
+    done: subprocess.CompletedProcess[bytes]
+    unbroken: Path  #: the first run's work directory
+    killed: Path  #: the second run's
+    executors: list[int]  #: per Worker, the executors it started for the application
+    worker_gone: bool  #: the killed Worker's process had ended when the kill returned
+    seen_by_master: str | None  #: the killed Worker's state at the Master after the run
+    gate_task_gone: bool  #: the task stopped at the gate line had ended after the run
+
+
+def run_job(works: list[Path], master: str) -> subprocess.CompletedProcess[bytes]:
+    """The child application, one query per work directory (``tests.crash.spawn``'s setup)."""
+    return spawn(JOB, [master, *map(str, works)], {}, timeout=RUN_TIMEOUT_S)
+
+
+@pytest.fixture(scope="module")
+def runs(cluster: StandaloneCluster, tmp_path_factory: pytest.TempPathFactory) -> ClusterRuns:
+    """Run the application; SIGKILL the Worker of the task at the gate line in its second run."""
+    unbroken, killed = tmp_path_factory.mktemp("cluster"), tmp_path_factory.mktemp("killed")
+    for work in (unbroken, killed):
+        make_input(work / "in")
+    (killed / "gate").mkdir()
     since = time.time()
-    done = spawn(JOB, job_args(tmp_path, cluster.master_url), {}, timeout=RUN_TIMEOUT_S)
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
-    assert executors_run(cluster, since) == [1, 1]  # it ran on the cluster, an executor per Worker
-    assert outputs(tmp_path) == unbroken
+    with ThreadPoolExecutor(1) as pool:
+        child = pool.submit(run_job, [unbroken, killed], cluster.master_url)
+        waiting = wait_for_gate(killed / "gate", child)
+        began = started_at(waiting)
+        index = worker_of(cluster, waiting)
+        try:
+            cluster.kill_worker(index)
+            worker_gone = not cluster.worker_alive(index)
+            done = child.result()
+            seen_by_master = cluster.worker_state(index)
+            executors = executors_run(cluster, since)
+        finally:
+            cluster.restart_worker(index)
+    gate_task_gone = began is not None and started_at(waiting) != began
+    return ClusterRuns(
+        done, unbroken, killed, executors, worker_gone, seen_by_master, gate_task_gone
+    )
 
 
 def wait_for_gate(gate: Path, child: Future[subprocess.CompletedProcess[bytes]]) -> int:
@@ -134,29 +167,31 @@ def worker_of(cluster: StandaloneCluster, pid: int) -> int:
     return cluster.workers().index(os.getsid(pid))
 
 
-def test_a_worker_killed_mid_run_changes_nothing(
-    cluster: StandaloneCluster, unbroken: dict[str, bytes], tmp_path: Path
+def test_word_count_on_the_cluster_releases_the_reference_runtimes_rows(
+    runs: ClusterRuns, unbroken: dict[str, bytes]
 ):
-    make_input(tmp_path / "in")
-    gate = tmp_path / "gate"
-    gate.mkdir()
-    with ThreadPoolExecutor(1) as pool:
-        child = pool.submit(
-            spawn, JOB, [*job_args(tmp_path, cluster.master_url), str(gate)], {}, RUN_TIMEOUT_S
-        )
-        waiting = wait_for_gate(gate, child)
-        began = started_at(waiting)
-        index = worker_of(cluster, waiting)
-        try:
-            cluster.kill_worker(index)
-            killed = not cluster.worker_alive(index)
-            done = child.result()
-            seen_by_master = cluster.worker_state(index)
-        finally:
-            cluster.restart_worker(index)
-    log = done.stderr.decode()
-    assert done.returncode == 0, log[-3000:]
-    assert killed and seen_by_master == "DEAD"
+    assert runs.done.returncode == 0, runs.done.stderr.decode()[-3000:]
+    assert runs.executors == [1, 1]  # it ran on the cluster, an executor per Worker
+    assert outputs(runs.unbroken) == unbroken
+
+
+def test_a_worker_killed_mid_run_changes_nothing(runs: ClusterRuns, unbroken: dict[str, bytes]):
+    log = runs.done.stderr.decode()
+    assert runs.done.returncode == 0, log[-3000:]
+    assert runs.worker_gone and runs.seen_by_master == "DEAD"
     assert "Lost executor" in log  # the killed Worker's executor, seen by the driver
-    assert started_at(waiting) != began  # the task stopped at the gate went with its Worker
-    assert outputs(tmp_path) == unbroken
+    assert runs.gate_task_gone  # the task stopped at the gate went with its Worker
+    assert outputs(runs.killed) == unbroken
+
+
+def test_a_worker_that_cannot_start_fails_the_start_with_its_log_and_leaves_nothing():
+    before = set(Path(tempfile.gettempdir()).glob("flamestream-standalone-*"))
+    cluster = StandaloneCluster(workers=1, worker_memory="0m")  # below Spark's minimum
+    with pytest.raises(StandaloneClusterError, match=r"worker-0 \(pid (\d+)\) exited") as failed:
+        cluster.start()
+    message = str(failed.value)
+    assert "--- worker-0 (worker-0.log):" in message and "Memory" in message  # the Worker's log
+    assert set(Path(tempfile.gettempdir()).glob("flamestream-standalone-*")) == before
+    assert cluster.workers() == []
+    with pytest.raises(StandaloneClusterError, match="not started"):
+        cluster.master_url  # noqa: B018 - the property raises

@@ -1,17 +1,20 @@
 """Word count on several files fronts, run as a child driver on a standalone cluster.
 
-    python -m tests.cluster.wordcount_job <master> <input> <output> <checkpoint> [<gate dir>]
+    python -m tests.cluster.wordcount_job <master> <work dir> [<work dir> ...]
 
-The graph releases each word's running count (sink ``out``) and every line as read (sink
-``lines``: the global times the fronts stamped, for the reference runtime). Each input file is
-a front; ``maxRecordsPerTrigger`` and ``clock=logical`` make the same input give the same
-batches and global times on any master, so runs on ``local[2]`` and on a ``spark://`` cluster
-must release the same bytes.
+Runs one query per work directory, one after the other in one Spark application: input from
+``<work>/in``, output to ``<work>/out``, checkpoint in ``<work>/ck``. The graph releases each
+word's running count (sink ``out``) and every line as read (sink ``lines``: the global times
+the fronts stamped, for the reference runtime). Each input file is a front;
+``maxRecordsPerTrigger`` and ``clock=logical`` make the same input give the same batches and
+global times on any master, so runs on ``local[2]`` and on a ``spark://`` cluster must release
+the same bytes.
 
-With a gate directory, the task splitting the line :data:`GATE_LINE` stops there (once: a file
-in the gate directory says it did) and writes its process id to ``<gate>/reached``, then waits
-up to :data:`GATE_WAIT_S` seconds for the test to kill its Worker; its retry passes. On exit the
-driver writes the query's progress (batch id, start, duration) to ``<output>.progress.json``.
+If ``<work>/gate`` exists, the task splitting the line :data:`GATE_LINE` stops there (once: a
+file in the gate directory says it did) and writes its process id to ``<work>/gate/reached``,
+then waits up to :data:`GATE_WAIT_S` seconds for the test to kill its Worker; its retry
+passes. After each query the driver writes its progress (batch id, start, duration) to
+``<work>/progress.json``.
 """
 
 from __future__ import annotations
@@ -104,15 +107,18 @@ def progress(query: StreamingQuery) -> list[dict[str, object]]:
     ]
 
 
-def main(master: str, source: str, out: str, checkpoint: str, gate: str | None = None) -> None:
-    """Run the query on ``master`` to its end; write its progress next to the output."""
+def main(master: str, *works: str) -> None:
+    """Run the query of each work directory on ``master`` in turn, each to its end."""
     conf = app_conf() if master.startswith("spark://") else {}
     spark = local_session(master, conf)
-    query = start(spark, source, out, checkpoint, gate)
-    query.awaitTermination()
-    Path(out + ".progress.json").write_text(json.dumps(progress(query)))
+    for work in map(Path, works):
+        gate = str(work / "gate") if (work / "gate").is_dir() else None
+        paths = (str(work / d) for d in ("in", "out", "ck"))
+        query = start(spark, *paths, gate)
+        query.awaitTermination()
+        (work / "progress.json").write_text(json.dumps(progress(query)))
     spark.stop()
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:6])
+    main(*sys.argv[1:])
