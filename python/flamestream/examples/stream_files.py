@@ -182,26 +182,26 @@ def start_query(spark: Any, source: Path, work: Path, limit: int) -> Any:
 # --- what each batch did ---------------------------------------------------------------------
 
 
-def grouping_counters(checkpoint: Path, batch: int) -> tuple[int, int]:
-    """The grouping's replays and invalidations so far, after ``batch``.
+def grouping_counters(checkpoint: Path, batch: int) -> dict[int, tuple[int, int]]:
+    """Per key partition, the grouping's replays and invalidations so far, after ``batch``.
 
     Every key partition's snapshot keeps its grouping's counters (cumulative); a partition
-    that got no rows in a batch keeps its snapshot from before.
+    that got no rows in a batch keeps its snapshot from before. Only the newest two
+    snapshots are kept: a partition whose snapshots up to ``batch`` are gone is left out.
     """
     from flamestream.runtime.grouping import GroupingState
     from flamestream.spark.durable.checkpoint import QueryCheckpoint
     from flamestream.spark.durable.state import StateStore
 
     store = StateStore(QueryCheckpoint(str(checkpoint)).graph_url, GROUPING)
-    replayed = invalidated = 0
+    counters = {}
     for partition in range(PARTITIONS):
         data = store.load(partition, batch + 1)
         if data is not None:
             state = GroupingState(GROUPING, 2, key=len)
             state.restore(data)
-            replayed += state.stats.replayed
-            invalidated += state.stats.invalidated
-    return replayed, invalidated
+            counters[partition] = (state.stats.replayed, state.stats.invalidated)
+    return counters
 
 
 def commit_marker(checkpoint: Path, batch: int) -> dict[str, Any]:
@@ -241,7 +241,7 @@ class BatchPrinter:
         self.query = query
         self.checkpoint = work / "checkpoint"
         self.totals = Totals()
-        self._counters = (0, 0)
+        self._counters: dict[int, tuple[int, int]] = {}  # per key partition, cumulative
 
     def report(self) -> None:
         """Print the batches not printed yet."""
@@ -256,11 +256,17 @@ class BatchPrinter:
             self.totals.batches.add(batch)
             print(self._line(batch, records, progress["numInputRows"], marker))
 
+    def _summed(self) -> tuple[int, int]:
+        """Replays and invalidations so far, over the key partitions."""
+        counters = self._counters.values()
+        return sum(r for r, _ in counters), sum(i for _, i in counters)
+
     def _line(self, batch: int, records: int, rows: int, marker: dict[str, Any]) -> str:
         """One batch's line; adds it to the totals."""
-        counters = grouping_counters(self.checkpoint, batch)
-        replayed, invalidated = (a - b for a, b in zip(counters, self._counters, strict=True))
-        self._counters = counters
+        replayed, invalidated = (-count for count in self._summed())
+        self._counters.update(grouping_counters(self.checkpoint, batch))
+        now = self._summed()
+        replayed, invalidated = replayed + now[0], invalidated + now[1]
         totals = self.totals
         totals.records += records
         totals.replayed += replayed
@@ -269,8 +275,8 @@ class BatchPrinter:
         totals.released += marker["released"]
         return (
             f"  batch {batch:>3}: read {records:>3} lines ({rows:>2} rows to Spark) | "
-            f"grouping replayed {replayed:>3}, invalidated {invalidated:>3} | barrier dropped "
-            f"{marker['dropped']:>3}, released {marker['released']:>4}, "
+            f"grouping replayed {replayed:>4}, invalidated {invalidated:>4} | barrier dropped "
+            f"{marker['dropped']:>4}, released {marker['released']:>4}, "
             f"holds {marker['pending']:>4}"
         )
 
