@@ -37,9 +37,7 @@ from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.connector.sink import BarrierWriter, SinkOutput
 from flamestream.spark.control.channels import ControlReader, LoopReader
 from flamestream.spark.control.key_layout import EVEN, GAIN, MIN_ITEMS, SKEW, ElasticPolicy
-from flamestream.spark.exec.blocks import BLOCK_SCHEMA
 from flamestream.spark.exec.items import ITEM_SCHEMA
-from flamestream.spark.exec.packed import PACKED_SCHEMA
 
 #: The fronts and sinks by kind: (module, class). Only the chosen one is imported: every query
 #: start imports this module in several fresh Python processes, and the Kafka client alone
@@ -134,7 +132,8 @@ class FlameStreamDataSource(DataSource):
 
         A graph's internal channels (``channel=loop`` or ``control``), and a front running a
         graph's first stage (``apply`` given readers), give item rows instead (packed when
-        the stage says so, or in blocks of them, see ``flamestream.spark.exec.blocks``).
+        the stage says so, or in blocks of them, see ``flamestream.spark.exec.blocks``), and
+        then the count of records they stand for (``records``, see ``exec.front_stage``).
         """
         from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -142,9 +141,7 @@ class FlameStreamDataSource(DataSource):
             return from_arrow_schema(ITEM_SCHEMA)
         source, config = self._front_source()
         if config.stage is not None:  # a graph's first stage runs in the read: item rows
-            if config.stage.blocks:
-                return from_arrow_schema(BLOCK_SCHEMA)
-            return from_arrow_schema(PACKED_SCHEMA if config.stage.packs else ITEM_SCHEMA)
+            return from_arrow_schema(config.stage.sent_schema())
         import pyarrow as pa
 
         return from_arrow_schema(pa.schema(META_FIELDS + source.payload_fields()))

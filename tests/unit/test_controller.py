@@ -188,6 +188,24 @@ def test_progress_events_replace_own_timings() -> None:
     assert list(controller.history) == [Tick(100, 300.0), Tick(1000, 1200.0)]
 
 
+def test_progress_of_a_fused_front_counts_the_observed_records() -> None:
+    """A front running a graph's first stage sends blocks: the model takes the records."""
+    controller = AdmissionController(Budget(2400.0, 10, None, 900))
+    mine = {"endOffset": json.dumps({"controller": {"id": controller.id}})}
+    observed = {"flamestream": {"records": 4000}}
+    events = [
+        {"sources": [mine], "numInputRows": 6, "durationMs": {"triggerExecution": 800}},
+        {
+            "sources": [mine],
+            "numInputRows": 6,
+            "observedMetrics": observed,
+            "durationMs": {"triggerExecution": 900},
+        },
+    ]
+    controller.observe_progress(events)
+    assert list(controller.history) == [Tick(6, 800.0), Tick(4000, 900.0)]
+
+
 def test_over_a_memory_budget_the_limit_halves() -> None:
     budget = Budget(2400.0, 10, None, 900, max_buffered_rows=1000, max_state_bytes=10**6)
     model = CostModel(200.0, 1.0)

@@ -35,7 +35,7 @@ from flamestream.graph.logical import LogicalGraph
 from flamestream.launcher import RECOMMENDED_CONF
 from flamestream.spark.control.key_layout import ElasticPolicy
 from flamestream.spark.durable import QueryCheckpoint, filesystem, write_atomically
-from flamestream.spark.exec.front_stage import FrontStage
+from flamestream.spark.exec.front_stage import RECORDS, FrontStage
 from flamestream.spark.exec.items import (
     BYTES_TAG,
     ITEM_DDL,
@@ -284,7 +284,7 @@ class SparkGraph:
         for reader in readers:
             loaded.append(reader.option(STAGE_OPTION, option).load())
             reader.option(STAGE_OPTION, "")  # the caller's reader loads plain fronts again
-        return _union(loaded), bool(option)
+        return _observed_records(_union(loaded), fused=bool(option)), bool(option)
 
     def _front_stage(self, payload: str, partitions: int = 0) -> FrontStage:
         """What the fronts run in their reads: the first stage, or the keying for a grouping.
@@ -617,6 +617,29 @@ def _check_recommended_conf(session: Any) -> None:
 
 #: The recommended settings already warned about in this driver process.
 _warned: set[str] = set()
+
+
+#: The name of the query's observed metrics (``progress.observedMetrics``) ``apply`` adds.
+OBSERVED_METRICS = "flamestream"
+
+
+def _observed_records(rows: DataFrame, *, fused: bool) -> DataFrame:
+    """``rows`` with the records the fronts read counted in the query's observed metrics.
+
+    Spark counts the rows a source sends as ``numInputRows`` (and from it the input and
+    processing rates of every progress event, the UI, the listeners); a front that runs the
+    first stage sends items, packed rows or blocks, not records (400k lines were 16 rows).
+    A Python data source cannot tell Spark otherwise, so its rows carry the count
+    (``front_stage.RECORDS``), summed here into the observed metric ``flamestream.records``
+    of every batch's progress; the column is dropped again. Plain front rows are records:
+    there it is their count, so the metric is there whenever ``apply`` loads the fronts.
+    """
+    from pyspark.sql import functions as F
+
+    if not fused:
+        return rows.observe(OBSERVED_METRICS, F.count(F.lit(1)).alias(RECORDS))
+    total = F.coalesce(F.sum(RECORDS), F.lit(0)).alias(RECORDS)
+    return rows.observe(OBSERVED_METRICS, total).drop(RECORDS)
 
 
 def _union(frames: list[DataFrame]) -> DataFrame:

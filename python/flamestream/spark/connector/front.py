@@ -559,7 +559,7 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         task: ReadTask = partition.value
         for part in task.ranges:
             rows = self._stamped(part)
-            yield from rows if self.stage is None else self.stage.read(rows)
+            yield from rows if self.stage is None else self.stage.sent(rows)
 
     def _stamped(self, part: FrontRange) -> Iterator[pa.RecordBatch]:
         """The range's records as Arrow batches, stamped with their global times."""

@@ -262,7 +262,7 @@ class AdmissionController:
         for event in events:
             if not any(self.id in str(s.get("endOffset", "")) for s in event.get("sources", [])):
                 continue
-            rows = int(event.get("numInputRows", 0))
+            rows = records_of(event)
             duration = float(event.get("durationMs", {}).get("triggerExecution", 0))
             if rows > 0 and duration > 0:
                 exact.append(Tick(rows, duration))
@@ -349,3 +349,13 @@ class AdmissionController:
             "targetLatencyMs": self.budget.target_latency_ms,
             "reason": last,
         }
+
+
+def records_of(event: Mapping[str, Any]) -> int:
+    """The records a progress event's batch read, which the read limit is in.
+
+    ``flamestream.records`` when ``apply`` observed them (a front running a graph's first
+    stage sends blocks, and Spark's ``numInputRows`` counts those), else ``numInputRows``.
+    """
+    observed = (event.get("observedMetrics") or {}).get("flamestream") or {}
+    return int(observed.get("records", event.get("numInputRows", 0)))

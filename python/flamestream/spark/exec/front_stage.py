@@ -14,14 +14,22 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from flamestream.errors import ConfigError
-from flamestream.spark.exec.blocks import blocked
+from flamestream.spark.exec.blocks import BLOCK_SCHEMA, blocked
 from flamestream.spark.exec.items import BYTES_TAG, ITEM_SCHEMA, TEXT_TAG
+from flamestream.spark.exec.packed import PACKED_SCHEMA
 from flamestream.spark.exec.shipping import ship, unship
 from flamestream.spark.exec.stateless import StageRunner
+
+#: The column a fused front adds to the rows it sends: how many front records they account
+#: for (on the first row sent after those records were read, 0 on the others). Spark counts
+#: the rows a source sends as its ``numInputRows``, and those are items, packed rows or
+#: blocks here; ``apply`` sums this column into the query's observed metrics and drops it.
+RECORDS = "records"
 
 #: A combining stage runs over this many front rows of a read task at once, at most ...
 COMBINE_ROWS = 1_000_000
@@ -78,6 +86,28 @@ class FrontStage:
                 yield from self._combined(held)
                 held, rows, size = [], 0, 0
         yield from self._combined(held)
+
+    def sent(self, blocks: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """What the front's read task sends: :meth:`read`'s rows and the :data:`RECORDS` column.
+
+        Each batch carries the front records read since the previous batch sent, on its first
+        row. Records that send no rows at all (a filter dropped every one) are counted by one
+        last row that no step reads (``to`` is "").
+        """
+        records = _Counted(blocks)
+        schema: pa.Schema | None = None
+        for rows in self.read(iter(records)):
+            schema = rows.schema
+            yield _with_records(rows, records.take())
+        left = records.take()
+        if left:
+            yield _carrier(schema or self.schema(), left)
+
+    def schema(self) -> pa.Schema:
+        """The rows this stage sends (without :data:`RECORDS`)."""
+        if self.blocks:
+            return BLOCK_SCHEMA
+        return PACKED_SCHEMA if self.packs else ITEM_SCHEMA
 
     def _combined(self, blocks: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """The stage's item rows for ``blocks`` run as one batch (none for no rows)."""
@@ -137,6 +167,57 @@ class FrontStage:
         return stage
 
 
+def sent_schema(rows: pa.Schema) -> pa.Schema:
+    """What a front running a stage sends: the stage's ``rows`` and the :data:`RECORDS` column."""
+    return rows.append(pa.field(RECORDS, pa.int64(), nullable=False))
+
+
+class _Counted:
+    """An iterator of front rows that counts them; :meth:`take` says how many since last."""
+
+    def __init__(self, blocks: Iterator[pa.RecordBatch]) -> None:
+        self._blocks = blocks
+        self._seen = 0
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        for block in self._blocks:
+            self._seen += block.num_rows
+            yield block
+
+    def take(self) -> int:
+        """The records read since the last call."""
+        seen, self._seen = self._seen, 0
+        return seen
+
+
+def _with_records(rows: pa.RecordBatch, records: int) -> pa.RecordBatch:
+    """``rows`` with :data:`RECORDS`: ``records`` on the first row, 0 on the others."""
+    counts = np.zeros(rows.num_rows, np.int64)
+    counts[0] = records
+    return pa.RecordBatch.from_arrays(
+        [*rows.columns, pa.array(counts)], schema=sent_schema(rows.schema)
+    )
+
+
+def _carrier(schema: pa.Schema, records: int) -> pa.RecordBatch:
+    """One row of ``schema`` that carries only a count of ``records``.
+
+    No step is called ``""``, so the plan's filters on ``to`` drop it; every other non-null
+    column gets an empty value (0, empty text, bytes or list).
+    """
+    empty = {"string": "", "binary": b""}
+    columns = []
+    for field in schema:
+        if field.nullable:
+            columns.append(pa.nulls(1, field.type))
+        elif pa.types.is_list(field.type):
+            columns.append(pa.array([[]], field.type))
+        else:
+            value = empty.get(str(field.type), 0)
+            columns.append(pa.array([value], field.type))
+    return _with_records(pa.RecordBatch.from_arrays(columns, schema=schema), records)
+
+
 class ShippedFrontStage:
     """A :class:`FrontStage` as its option value, unpacked only where it runs: a read task.
 
@@ -170,9 +251,18 @@ class ShippedFrontStage:
                 step, "payload", found, "a string or binary payload column of the front"
             )
 
+    def sent_schema(self) -> pa.Schema:
+        """What the front sends: the stage's rows (items, packed, blocks) and :data:`RECORDS`."""
+        rows = BLOCK_SCHEMA if self.blocks else PACKED_SCHEMA if self.packs else ITEM_SCHEMA
+        return sent_schema(rows)  # known without unpacking the stage
+
     def read(self, blocks: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """The stage's :meth:`FrontStage.read`."""
         return self.stage.read(blocks)
+
+    def sent(self, blocks: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """The stage's :meth:`FrontStage.sent`: what the front's read task sends."""
+        return self.stage.sent(blocks)
 
     def __getstate__(self) -> dict[str, Any]:
         """The option value, the payload column and how rows leave; not the stage."""
