@@ -25,12 +25,11 @@ from ..crash import reachable_in_turn, released_so_far_is, run_chain, run_unbrok
 from . import retention_job
 from .conftest import write_lines
 from .retention_job import RETAIN, RETAIN_CONF
-from .test_graph_loops import edges
 
 JOB = "tests.spark.retention_job"
 
 #: Killed late in the run, when every store has dropped files already (the run has more).
-CRASHES = ["sink.commit.released:14"]
+CRASHES = ["sink.commit.released:12"]
 
 
 def job_args(work: Path) -> list[str]:
@@ -38,8 +37,9 @@ def job_args(work: Path) -> list[str]:
 
 
 def make_input(folder: Path) -> None:
-    write_lines(folder / "a.txt", edges(7, 30, 16))
-    write_lines(folder / "b.txt", edges(8, 24, 16))
+    """Many edges, each its own component: many batches, each light (one round in the loop)."""
+    write_lines(folder / "a.txt", [f"{2 * n} {2 * n + 1}" for n in range(30)])
+    write_lines(folder / "b.txt", [f"{2 * n} {2 * n + 1}" for n in range(30, 48)])
 
 
 def outputs(work: Path) -> dict[str, bytes]:
@@ -47,7 +47,8 @@ def outputs(work: Path) -> dict[str, bytes]:
 
 
 def entries(folder: Path) -> int:
-    return len(list(folder.iterdir())) if folder.exists() else 0
+    """Entries of ``folder`` but hidden ones (Spark's checksums; temporaries are checked apart)."""
+    return sum(1 for p in folder.iterdir() if not p.name.startswith(".")) if folder.exists() else 0
 
 
 def store_counts(ck: Path) -> dict[str, int]:
@@ -107,8 +108,8 @@ def unbroken(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> P
 
 def test_many_batches_leave_every_store_bounded(unbroken: Path):
     batches = check_bounded(unbroken)
-    assert batches >= 3 * max(BOUNDS.values()), f"only {batches} batches: nothing to bound"
-    assert len(outputs(unbroken)) >= 10
+    assert batches >= 2 * max(BOUNDS.values()), f"only {batches} batches: nothing to bound"
+    assert len(outputs(unbroken)) >= 5  # releases all along, not only at the end
 
 
 def test_a_run_killed_after_the_stores_dropped_files_recovers_exactly_once(
