@@ -85,7 +85,7 @@ def test_bad_dead_letter_configuration(spark: SparkSession, tmp_path: Path):
     ("options", "pattern"),
     [
         ({}, r"sink: option 'sink' = \(missing\)"),
-        ({"sink": "tape"}, r"option 'sink' = 'tape'.*one of files"),
+        ({"sink": "tape"}, r"option 'sink' = 'tape'.*one of delta, files, kafka"),
         ({"sink": "files"}, r"sink files: option 'path' = \(missing\)"),
         ({"sink": "files", "path": "x", "format": "csv"}, r"'format' = 'csv'.*json, parquet"),
         ({"sink": "files", "path": "x", "compresion": "gzip"}, r"(?i)'compresion'.*no such option"),
