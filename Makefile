@@ -17,7 +17,7 @@ SHIM_SOURCES := jvm-shim/pom.xml $(wildcard jvm-shim/src/main/java/io/flamestrea
 export PYSPARK_PYTHON := $(abspath $(VENV)/bin/flamestream-python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VENV)/bin/flamestream-python)
 
-.PHONY: help setup run test unit lint format bench bench-spark bench-compare clean wheel constraints
+.PHONY: help setup run test unit lint format bench bench-spark bench-compare soak clean wheel constraints
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -96,6 +96,15 @@ bench-spark: setup  ## Spark benchmarks: connectors vs built-ins, graphs vs plai
 # e.g. make bench-compare COMPARE_ARGS="--lines 20000 --rounds 1".
 bench-compare: setup  ## word count vs plain PySpark, Bytewax, Pathway, Counter: JSON + docs/img/bench-compare.png
 	$(PY) -m benchmarks.compare $(COMPARE_ARGS)
+
+# A grouping graph on appended files for SOAK_MINUTES at SOAK_RATE lines/s (by hand, not in
+# CI): file counts, output, batch durations and every process's memory over time, as JSON
+# lines, then slopes per minute and an exactly-once check. More flags: SOAK_ARGS, e.g.
+# make soak SOAK_MINUTES=60 SOAK_ARGS="--files 4 --keys 1000 --every 60".
+SOAK_MINUTES ?= 60
+SOAK_RATE ?= 3000
+soak: setup  ## soak benchmark: a grouping graph for SOAK_MINUTES at SOAK_RATE lines/s; do files and memory stay flat?
+	$(PY) -m benchmarks.soak --minutes $(SOAK_MINUTES) --rate $(SOAK_RATE) $(SOAK_ARGS)
 
 format: setup  ## apply ruff's fixes and formatting
 	$(PY) -m ruff check --fix python tests benchmarks
