@@ -5,8 +5,8 @@ expose ``DefaultSource`` are registered in every session), so no ``register()`` 
 needed; ``spark.dataSource.register(FlameStreamDataSource)`` works too.
 
 Reading picks a front with ``.option("front", "files" | "generator" | "kafka")``; writing
-picks a sink with ``.option("sink", "files" | "kafka" | "delta")``. Options are validated when the
-query is defined or started, before any batch runs. With the JVM shim's plugin enabled,
+picks a sink with ``.option("sink", "files" | "kafka" | "delta")``. Options are validated when
+the query is defined or started, before any batch runs. With the JVM shim's plugin enabled,
 ``spark.flamestream.<option>`` confs (``SET`` in the session over ``spark-defaults.conf``) are
 defaults for every option but ``front`` and ``sink``; ``.option(...)`` wins.
 """
