@@ -22,11 +22,9 @@ Needs ``java`` (17 or newer; ``JAVA_HOME`` is honoured) and, for the first downl
 
 from __future__ import annotations
 
-import atexit
 import base64
 import contextlib
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -34,7 +32,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -46,6 +43,14 @@ from pathlib import Path
 from types import TracebackType
 
 from flamestream.errors import FlameStreamError
+from flamestream.testing.services import (
+    LiveServices,
+    free_ports,
+    port_open,
+    sha256_of,
+    signal_group,
+    tail,
+)
 
 with warnings.catch_warnings():
     # kafka-python 3.0.12 reads its protocol schemas with importlib.resources' legacy API on
@@ -128,10 +133,6 @@ def _find_pom() -> Path | None:
     return BUNDLED_POM if BUNDLED_POM.is_file() else None
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _jars_ready(target: Path, pom: Path | None) -> bool:
     """Whether ``target`` holds a complete copy made for this Kafka version (and this POM)."""
     try:
@@ -140,14 +141,9 @@ def _jars_ready(target: Path, pom: Path | None) -> bool:
         return False
     if not isinstance(stamp, dict) or stamp.get("kafka_version") != KAFKA_VERSION:
         return False
-    if pom is not None and pom.is_file() and stamp.get("pom_sha256") != _sha256(pom):
+    if pom is not None and pom.is_file() and stamp.get("pom_sha256") != sha256_of(pom):
         return False
     return (target / f"kafka_2.13-{KAFKA_VERSION}.jar").is_file()
-
-
-def _tail(text: str, lines: int = _TAIL_LINES) -> str:
-    text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # Maven colours some lines even with -B
-    return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
 def _excerpt(text: str, lines: int = _TAIL_LINES) -> str:
@@ -252,7 +248,7 @@ def ensure_kafka_jars(cache_dir: Path | None = None) -> Path:
                     old.unlink()
                 (target / _MARKER).unlink()
             _run_maven(command, target)
-            stamp = {"kafka_version": KAFKA_VERSION, "pom_sha256": _sha256(pom)}
+            stamp = {"kafka_version": KAFKA_VERSION, "pom_sha256": sha256_of(pom)}
             (target / _MARKER).write_text(json.dumps(stamp) + "\n")
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
@@ -275,14 +271,14 @@ def _run_maven(command: list[str], target: Path) -> None:
         output = exc.output if isinstance(exc.output, str) else ""
         msg = (
             f"`{shlex.join(command)}` did not finish in {_MAVEN_TIMEOUT_S} s. "
-            f"Maven's last output:\n{_tail(output)}"
+            f"Maven's last output:\n{tail(output)}"
         )
         raise KafkaSetupError(msg) from exc
     if done.returncode != 0:
         msg = (
             f"`{shlex.join(command)}` failed with exit code {done.returncode}. Hint: Maven Central "
             f"must be reachable the first time (later runs use ~/.m2). "
-            f"Maven's last output:\n{_tail(done.stdout)}"
+            f"Maven's last output:\n{tail(done.stdout)}"
         )
         raise KafkaSetupError(msg)
     if not (target / f"kafka_2.13-{KAFKA_VERSION}.jar").is_file():
@@ -296,32 +292,7 @@ def _run_maven(command: list[str], target: Path) -> None:
 
 # -- broker ------------------------------------------------------------------------------------
 
-_LIVE: set[KafkaBroker] = set()
-_LIVE_LOCK = threading.Lock()
-
-
-def _stop_live_brokers() -> None:
-    with _LIVE_LOCK:
-        brokers = list(_LIVE)
-    for broker in brokers:
-        broker.stop(timeout=10.0)
-
-
-atexit.register(_stop_live_brokers)
-
-
-def _free_ports(count: int) -> list[int]:
-    """``count`` distinct loopback ports the OS considers free right now."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+_LIVE: LiveServices[KafkaBroker] = LiveServices()
 
 
 def _cluster_id() -> str:
@@ -330,14 +301,6 @@ def _cluster_id() -> str:
         value = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         if not value.startswith("-"):
             return value
-
-
-def _port_open(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 class KafkaBroker:
@@ -412,7 +375,7 @@ class KafkaBroker:
 
     def log_tail(self, lines: int = _TAIL_LINES) -> str:
         """The last ``lines`` lines of the broker's log ("" when there is none)."""
-        return _tail(self._log_text(), lines)
+        return tail(self._log_text(), lines)
 
     def _log_text(self) -> str:
         if self._workdir is None:
@@ -497,7 +460,7 @@ class KafkaBroker:
 
     def _launch(self, java: str, jars: Path) -> None:
         self._workdir = Path(tempfile.mkdtemp(prefix="flamestream-kafka-"))
-        self._port, self._controller_port = _free_ports(2)
+        self._port, self._controller_port = free_ports(2)
         workdir = self._workdir
         properties = workdir / "server.properties"
         properties.write_text(
@@ -540,8 +503,7 @@ class KafkaBroker:
                 cwd=workdir,
                 start_new_session=True,
             )
-        with _LIVE_LOCK:
-            _LIVE.add(self)
+        _LIVE.add(self)
         logger.debug("started Kafka broker pid %d: %s", self._process.pid, command)
 
     def _wait_until_serving(self, deadline: float) -> None:
@@ -564,7 +526,7 @@ class KafkaBroker:
                     f"The broker log:\n{self._log_excerpt()}"
                 )
                 raise KafkaBrokerError(msg)
-            if _port_open(self.port):
+            if port_open(self.port):
                 try:
                     admin = KafkaAdminClient(
                         bootstrap_servers=self.bootstrap_servers,
@@ -589,31 +551,21 @@ class KafkaBroker:
         process, self._process = self._process, None
         if process is not None:
             if process.poll() is None:
-                self._signal(process, signal.SIGTERM)
+                signal_group(process, signal.SIGTERM)
                 try:
                     process.wait(timeout=timeout)
                 except subprocess.TimeoutExpired:
                     logger.warning("Kafka broker pid %d ignored SIGTERM; killing it", process.pid)
-                    self._signal(process, signal.SIGKILL)
+                    signal_group(process, signal.SIGKILL)
                     process.wait()
             # the process group may hold stragglers (setpriv execs java, so normally none)
             with contextlib.suppress(OSError):
                 os.killpg(process.pid, signal.SIGKILL)
-        with _LIVE_LOCK:
-            _LIVE.discard(self)
+        _LIVE.discard(self)
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
         self._workdir = None
         self._port = self._controller_port = None
-
-    @staticmethod
-    def _signal(process: subprocess.Popen[bytes], signum: int) -> None:
-        try:
-            os.killpg(process.pid, signum)  # its own session, so its pid is the group id
-        except ProcessLookupError:
-            pass
-        except OSError:
-            process.send_signal(signum)
 
     # -- topics --------------------------------------------------------------------------
 

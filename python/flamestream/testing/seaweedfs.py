@@ -29,10 +29,8 @@ jar download only, ``mvn``. Environment variables:
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -40,7 +38,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -52,6 +49,14 @@ from types import TracebackType
 from typing import Any
 
 from flamestream.errors import FlameStreamError
+from flamestream.testing.services import (
+    LiveServices,
+    free_ports,
+    port_open,
+    sha256_of,
+    signal_group,
+    tail,
+)
 
 __all__ = [
     "AWS_SDK_VERSION",
@@ -125,10 +130,6 @@ def _find_pom() -> Path | None:
     return candidate if candidate.is_file() else None
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _jar_names() -> tuple[str, str]:
     return f"hadoop-aws-{HADOOP_VERSION}.jar", f"bundle-{AWS_SDK_VERSION}.jar"
 
@@ -141,14 +142,9 @@ def _jars_ready(target: Path, pom: Path | None) -> bool:
         return False
     if not isinstance(stamp, dict) or stamp.get("hadoop_version") != HADOOP_VERSION:
         return False
-    if pom is not None and pom.is_file() and stamp.get("pom_sha256") != _sha256(pom):
+    if pom is not None and pom.is_file() and stamp.get("pom_sha256") != sha256_of(pom):
         return False
     return all((target / name).is_file() for name in _jar_names())
-
-
-def _tail(text: str, lines: int = _TAIL_LINES) -> str:
-    text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # Maven colours some lines even with -B
-    return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
 def _check_versions(pom: Path) -> None:
@@ -218,7 +214,7 @@ def ensure_s3a_jars(cache_dir: Path | None = None) -> Path:
             with contextlib.suppress(FileNotFoundError):
                 (target / _MARKER).unlink()
             _run_maven(command, target)
-            stamp = {"hadoop_version": HADOOP_VERSION, "pom_sha256": _sha256(pom)}
+            stamp = {"hadoop_version": HADOOP_VERSION, "pom_sha256": sha256_of(pom)}
             (target / _MARKER).write_text(json.dumps(stamp) + "\n")
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
@@ -238,14 +234,14 @@ def _run_maven(command: list[str], target: Path) -> None:
         )
     except subprocess.TimeoutExpired as exc:
         output = exc.output if isinstance(exc.output, str) else ""
-        msg = f"`{shlex.join(command)}` did not finish in {_MAVEN_TIMEOUT_S} s:\n{_tail(output)}"
+        msg = f"`{shlex.join(command)}` did not finish in {_MAVEN_TIMEOUT_S} s:\n{tail(output)}"
         raise S3SetupError(msg) from exc
     missing = [name for name in _jar_names() if not (target / name).is_file()]
     if done.returncode != 0 or missing:
         msg = (
             f"`{shlex.join(command)}` exited with code {done.returncode}, jars missing: "
             f"{missing}. Hint: Maven Central must be reachable the first time (later runs use "
-            f"~/.m2). Maven's last output:\n{_tail(done.stdout)}"
+            f"~/.m2). Maven's last output:\n{tail(done.stdout)}"
         )
         raise S3SetupError(msg)
 
@@ -284,40 +280,7 @@ def _s3fs() -> Any:
     return s3fs
 
 
-def _free_ports(count: int) -> list[int]:
-    """``count`` distinct loopback ports the OS considers free right now."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-def _port_open(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-_LIVE: set[SeaweedFS] = set()
-_LIVE_LOCK = threading.Lock()
-
-
-def _stop_live_servers() -> None:
-    with _LIVE_LOCK:
-        servers = list(_LIVE)
-    for server in servers:
-        server.stop(timeout=10.0)
-
-
-atexit.register(_stop_live_servers)
+_LIVE: LiveServices[SeaweedFS] = LiveServices()
 
 _PORTS = (
     "master",
@@ -563,7 +526,7 @@ class SeaweedFS:
 
     def _launch(self, weed: str) -> None:
         self._workdir = Path(tempfile.mkdtemp(prefix="flamestream-seaweedfs-"))
-        self._ports = dict(zip(_PORTS, _free_ports(len(_PORTS)), strict=True))
+        self._ports = dict(zip(_PORTS, free_ports(len(_PORTS)), strict=True))
         command = self._command(weed, self._workdir)
         setpriv = shutil.which("setpriv")
         if setpriv and threading.current_thread() is threading.main_thread():
@@ -578,8 +541,7 @@ class SeaweedFS:
                 cwd=self._workdir,
                 start_new_session=True,
             )
-        with _LIVE_LOCK:
-            _LIVE.add(self)
+        _LIVE.add(self)
         logger.debug("started SeaweedFS pid %d: %s", self._process.pid, command)
 
     def _probe(self) -> None:
@@ -599,17 +561,17 @@ class SeaweedFS:
             if code is not None:
                 msg = (
                     f"SeaweedFS exited with code {code} before serving S3 on "
-                    f"{self.endpoint_url}. Its log:\n{_tail(self._log_text())}"
+                    f"{self.endpoint_url}. Its log:\n{tail(self._log_text())}"
                 )
                 raise SeaweedFSError(msg)
             if time.monotonic() > deadline:
                 msg = (
                     f"SeaweedFS did not serve S3 on {self.endpoint_url} within "
                     f"{self._start_timeout:.0f} s (last client error: {last_error!r}). "
-                    f"Its log:\n{_tail(self._log_text())}"
+                    f"Its log:\n{tail(self._log_text())}"
                 )
                 raise SeaweedFSError(msg)
-            if _port_open(self._port("s3")):
+            if port_open(self._port("s3")):
                 try:
                     self._probe()
                     return
@@ -628,13 +590,12 @@ class SeaweedFS:
         """
         process, self._process = self._process, None
         if process is not None:
-            self._signal(process, signal.SIGKILL)
+            signal_group(process, signal.SIGKILL)
             try:
                 process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 logger.warning("SeaweedFS pid %d outlived SIGKILL for %.0f s", process.pid, timeout)
-        with _LIVE_LOCK:
-            _LIVE.discard(self)
+        _LIVE.discard(self)
         for name in _SOCKETS:
             if port := self._ports.get(f"{name}.grpc"):
                 Path(f"/tmp/seaweedfs-{name}-grpc-{port}.sock").unlink(missing_ok=True)  # noqa: S108
@@ -642,15 +603,6 @@ class SeaweedFS:
             shutil.rmtree(self._workdir, ignore_errors=True)
         self._workdir = None
         self._ports = {}
-
-    @staticmethod
-    def _signal(process: subprocess.Popen[bytes], signum: int) -> None:
-        try:
-            os.killpg(process.pid, signum)  # its own session, so its pid is the group id
-        except ProcessLookupError:
-            pass
-        except OSError:
-            process.send_signal(signum)
 
     # -- context manager -----------------------------------------------------------------
 

@@ -25,14 +25,12 @@ Python daemons and workers), even after its Worker was killed. Needs ``java`` (1
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -47,6 +45,7 @@ import pyspark
 
 from flamestream.errors import FlameStreamError
 from flamestream.launcher import worker_python
+from flamestream.testing.services import LiveServices, free_ports
 
 __all__ = ["StandaloneCluster", "StandaloneClusterError", "app_conf", "spark_class"]
 
@@ -106,32 +105,7 @@ def app_conf(executor_memory: str = "512m", executors: int = 2) -> dict[str, str
     }
 
 
-_LIVE: set[StandaloneCluster] = set()
-_LIVE_LOCK = threading.Lock()
-
-
-def _stop_live_clusters() -> None:
-    with _LIVE_LOCK:
-        clusters = list(_LIVE)
-    for cluster in clusters:
-        cluster.stop(timeout=10.0)
-
-
-atexit.register(_stop_live_clusters)
-
-
-def _free_ports(count: int) -> list[int]:
-    """``count`` distinct loopback ports the OS considers free right now."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+_LIVE: LiveServices[StandaloneCluster] = LiveServices()
 
 
 def _tail(path: Path, lines: int = _TAIL_LINES) -> str:
@@ -305,15 +279,14 @@ class StandaloneCluster:
     def _launch_all(self) -> None:
         self._workdir = Path(tempfile.mkdtemp(prefix="flamestream-standalone-"))
         (self._workdir / "conf").mkdir()
-        with _LIVE_LOCK:
-            _LIVE.add(self)
-        port, self._webui_port = _free_ports(2)
+        _LIVE.add(self)
+        port, self._webui_port = free_ports(2)
         args = ["--host", "127.0.0.1", "--port", str(port), "--webui-port", str(self._webui_port)]
         self._master = self._launch("master", _MASTER_MAIN, args, port)
         self._workers = [self._launch_worker(i) for i in range(self._count)]
 
     def _launch_worker(self, index: int) -> _Daemon:
-        port, webui = _free_ports(2)
+        port, webui = free_ports(2)
         work = self.workdir / f"work-{index}"
         work.mkdir(exist_ok=True)
         args = ["--host", "127.0.0.1", "--port", str(port), "--webui-port", str(webui)]
@@ -440,8 +413,7 @@ class StandaloneCluster:
         for daemon in daemons:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 daemon.process.wait(timeout=10)
-        with _LIVE_LOCK:
-            _LIVE.discard(self)
+        _LIVE.discard(self)
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
         self._workdir = self._master = self._webui_port = None
