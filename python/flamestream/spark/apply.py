@@ -33,6 +33,7 @@ from flamestream.errors import ConfigError, GraphError
 from flamestream.graph.dataflow import Dataflow
 from flamestream.graph.logical import LogicalGraph
 from flamestream.launcher import RECOMMENDED_CONF
+from flamestream.spark.control.handle import QueryControl
 from flamestream.spark.control.key_layout import ElasticPolicy
 from flamestream.spark.durable import QueryCheckpoint, filesystem, write_atomically
 from flamestream.spark.exec.front_stage import RECORDS, FrontStage
@@ -185,6 +186,11 @@ class SparkGraph:
         writer = rows.writeStream.format("flamestream")
         writer = writer.option("checkpointLocation", checkpoint_location)
         return writer.option(STAGE_OPTION, ship(task)) if task is not None else writer
+
+    @staticmethod
+    def control(checkpoint_location: str) -> QueryControl:
+        """The handle on the query running (or to run) with this checkpoint: rescale, swap."""
+        return QueryControl(checkpoint_location)
 
     def _wire(
         self, df: DataFrame | Any, payload: str, checkpoint_location: str | None, *, sink_runs: bool

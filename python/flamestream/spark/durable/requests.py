@@ -1,0 +1,71 @@
+"""Requests to a running query (rescale, swap), written by the user, read by the controller.
+
+Layout: ``<graph>/requests/<name>.json`` (:class:`RequestStore`), one file per request, written
+once. A request is input, not a decision: the control channel's reader (in the driver's source
+process) reads the requests it has not consumed yet at each planning, decides what they mean
+for the coming batch, and records that decision in its end offset, with the name of the last
+request it consumed. Spark writes that offset into its offset log before the batch runs, so a
+replayed batch sees the same decision however many requests arrived since; requests are never
+read on executors.
+
+Names sort in submission order: ``<wall ns, 20 digits>-<kind>-<random>``. Two processes
+submitting in the same nanosecond get an arbitrary but fixed order, which is all a request
+needs: its effect is fixed when the controller records it, not when it is written.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from flamestream.spark.durable.files import filesystem, listing, remove, write_atomically
+
+#: Consumed requests older than this many are removed when the controller reads.
+KEEP_CONSUMED = 64
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request: its name (its place in the order), what it asks, and its arguments."""
+
+    name: str
+    kind: str
+    body: dict[str, Any]
+
+
+class RequestStore:
+    """The requests of one graph application (``<state>/requests/``, any fsspec URL)."""
+
+    def __init__(self, state_url: str) -> None:
+        self.url = state_url.rstrip("/") + "/requests"
+
+    def submit(self, kind: str, body: dict[str, Any]) -> Request:
+        """Write a request once, under a new name; returns it."""
+        name = f"{time.time_ns():020d}-{kind}-{uuid.uuid4().hex[:8]}"
+        fs, root = filesystem(self.url)
+        data = json.dumps({"kind": kind, "body": body}, sort_keys=True).encode()
+        write_atomically(fs, posixpath.join(root, name + ".json"), data)
+        return Request(name, kind, body)
+
+    def after(self, consumed: str) -> list[Request]:
+        """The requests after ``consumed`` (a name; "" for all), in submission order."""
+        fs, root = filesystem(self.url)
+        out = []
+        for path in sorted(listing(fs, root)):
+            name = posixpath.basename(path)
+            if not name.endswith(".json") or name[:-5] <= consumed:
+                continue
+            stored = json.loads(fs.cat_file(path))
+            out.append(Request(name[:-5], str(stored["kind"]), dict(stored["body"])))
+        return out
+
+    def forget_through(self, consumed: str) -> None:
+        """Remove all but the newest :data:`KEEP_CONSUMED` requests at or before ``consumed``."""
+        fs, root = filesystem(self.url)
+        names = [p for p in listing(fs, root) if p.endswith(".json")]
+        done = sorted(p for p in names if posixpath.basename(p)[:-5] <= consumed)
+        remove(fs, done[:-KEEP_CONSUMED])
