@@ -7,8 +7,8 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flamestream.model import LocalTime
-from flamestream.spark.connector.barrier import drop_invalidated
+from flamestream.model import GlobalTime, LocalTime, Meta, invalidates
+from flamestream.spark.connector.barrier import NewerVersions, drop_invalidated
 from flamestream.spark.exec.items import (
     MAY_INVALIDATE,
     TOMBSTONE,
@@ -59,6 +59,38 @@ def test_the_sink_drops_invalidated_versions_and_tombstones_only():
     kept = drop_invalidated(table).column("value").to_pylist()
     # the sibling differs from the new version first in a logical time too: invalidated
     assert kept == ["new version", "another global time"]
+
+
+# few distinct local times, so traces share prefixes and differ in logical or child times
+small_locals = st.builds(LocalTime, st.integers(0, 3), st.integers(0, 2))
+small_traces = st.lists(small_locals, max_size=4).map(tuple)
+
+
+@given(st.lists(small_traces, max_size=8), st.lists(small_traces, max_size=8))
+def test_the_trie_of_newer_versions_invalidates_as_the_relation_does(newer, older):
+    trie = NewerVersions(newer)
+    at = GlobalTime(3, 1)
+    for trace in older + newer:
+        pairwise = any(invalidates(Meta(at, n), Meta(at, trace)) for n in newer)
+        assert trie.invalidate(trace) == pairwise
+
+
+@given(st.lists(st.tuples(st.integers(0, 2), small_traces, st.integers(0, 3)), max_size=12))
+def test_the_sink_keeps_what_no_newer_version_invalidates(drawn):
+    flag_of = [0, MAY_INVALIDATE, MAY_INVALIDATE, MAY_INVALIDATE | TOMBSTONE]
+    items = [(ts, trace, flag_of[f], f"{n}") for n, (ts, trace, f) in enumerate(drawn)]
+    kept = drop_invalidated(rows(*items)).column("value").to_pylist() if items else []
+    expected = [
+        value
+        for ts, trace, flags, value in items
+        if not flags & TOMBSTONE
+        and not any(
+            f & MAY_INVALIDATE
+            and invalidates(Meta(GlobalTime(t, 0), n), Meta(GlobalTime(ts, 0), trace))
+            for t, n, f, _ in items
+        )
+    ]
+    assert kept == expected
 
 
 def test_rows_without_flags_pass_untouched():
