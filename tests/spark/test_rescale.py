@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from flamestream.errors import ConfigError
 from flamestream.spark import SparkGraph
 from flamestream.spark.control.key_layout import ElasticPolicy
 
@@ -96,3 +97,15 @@ def test_random_graphs_release_the_same_bytes_under_random_rescale_schedules(
         assert all(len(o.get("moved", ())) <= policy.max_move_slots for o in found), where
         moved += sum(len(o.get("moved", ())) for o in found)
     assert moved > 0  # the schedules did move state
+
+
+def test_an_initial_active_count_above_p_is_refused_before_the_query_starts(
+    spark: SparkSession,
+    inputs: Path,  # noqa: F811
+    tmp_path: Path,
+):
+    graph = SparkGraph(random_graph(1).flow, partitions=2, elastic=ElasticPolicy(active=3))
+    rows = fronts(spark, inputs, FRONT_SETS[FRONT_SET])
+    with pytest.raises(ConfigError, match=r"'active' = 3 .*from 1 to 2"):
+        graph.apply(rows, checkpoint_location=str(tmp_path / "ck"))
+    assert not (tmp_path / "ck" / "flamestream-graph" / "layout.json").exists()
