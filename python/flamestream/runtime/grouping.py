@@ -19,7 +19,6 @@ This is the only stateful logic of the model, written once, without Spark, so ev
 
 from __future__ import annotations
 
-import heapq
 import pickle
 from abc import ABC, abstractmethod
 from bisect import bisect_left
@@ -180,7 +179,11 @@ class GroupingState:
         self._buckets: dict[Hashable, Bucket] = {}
         # Items and tombstones by global time, across buckets: where invalidation looks.
         self._by_time: dict[GlobalTime, list[tuple[Hashable | None, DataItem]]] = {}
-        self._times: list[GlobalTime] = []  # heap over _by_time's keys, for GC
+        # _by_time's keys, for GC: sorted by each collection, appended in arrival order
+        # between two. Not a heap: a heap's layout depends on the pushes and pops that made
+        # it, and the Spark fast path leaves out times the collection would drop at once,
+        # so its index would differ from the general path's (and its snapshot's bytes).
+        self._times: list[GlobalTime] = []
         self._oversized: set[Hashable] = set()  # buckets holding more than window - 1 items
         # Replay determinants of the global times the index holds (set by the runtime that
         # knows them): a re-emitted tuple ends at an item of an earlier batch, whose record
@@ -317,7 +320,7 @@ class GroupingState:
         entries = self._by_time.get(item.global_time)
         if entries is None:
             entries = self._by_time[item.global_time] = []
-            heapq.heappush(self._times, item.global_time)
+            self._times.append(item.global_time)
         entries.append((key, item))
 
     def _forget(self, item: DataItem) -> None:
@@ -433,10 +436,16 @@ class GroupingState:
 
     def collect_garbage(self, min_time: GlobalTime) -> None:
         """Drop what nothing arriving from now on can need: see the module docstring."""
-        while self._times and self._times[0] < min_time:
-            time = heapq.heappop(self._times)
+        times = self._times
+        # Sorted runs since the last collection (each batch's rows come in meta order):
+        # timsort merges them in about linear time, and the index's times then depend only
+        # on which they are, not on the order they came in or what was collected between.
+        times.sort()
+        below = bisect_left(times, min_time)
+        for time in times[:below]:
             del self._by_time[time]
             self._where.pop(time, None)
+        del times[:below]
         keep = self.window - 1
         for key in list(self._oversized):
             bucket = self._buckets[key]

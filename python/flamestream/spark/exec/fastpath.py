@@ -362,8 +362,9 @@ class MapReduceCycle:
         """
         # What run() and then collect_garbage(min_time) leave. The batch's global times are
         # not indexed: all lie below the min-time, so the collection would drop them again
-        # (with the determinants noted for them), and pushing and popping a heap entry per
-        # time was the larger part of the collection's cost.
+        # (with the determinants noted for them), and indexing and dropping an entry per
+        # time was the larger part of the collection's cost. The index's times stay as the
+        # general path leaves them: the collection sorts them (GroupingState._times).
         # The collection's part for the batch's keys is done here: every item a key held came
         # before the key's first item of the batch, so below the min-time too, and only the
         # last item below it stays (window - 1 = 1): the last reduced item. Such a bucket
