@@ -190,16 +190,24 @@ class _Draft:
 
 
 def wanted_active(
-    budgets: Budgets, cores: int, total_bytes: int, growth: float, limit: int
+    budgets: Budgets, cores: int, total_bytes: int, growth: float, rows: int, current: int
 ) -> tuple[int, str]:
-    """Active partitions: one per core, more when the state needs them under the budget."""
+    """Active partitions: one per core, more when the state needs them under the budget.
+
+    ``rows``: the rows the next tick is expected to read. Scaling in waits until the state
+    would fill the fewer partitions to half the high water only (no flapping at the mark).
+    """
     n = max(1, min(budgets.partitions, cores))
     why = f"{n} for {cores} cores"
     budget = budgets.max_state_bytes_per_partition
     if budget is not None:
-        need = math.ceil((total_bytes + limit * growth) / (budgets.high_water * budget))
+        expected = total_bytes + rows * growth
+        need = math.ceil(expected / (budgets.high_water * budget))
+        if need < current:  # hysteresis
+            need = max(need, math.ceil(2 * expected / (budgets.high_water * budget)))
         if need > n:
-            n, why = min(budgets.partitions, need), f"{need} for {total_bytes} bytes of state"
+            n = min(budgets.partitions, need)
+            why = f"{n} for {total_bytes} bytes of state + {rows} rows x {growth:.0f}"
     return n, why
 
 
@@ -291,11 +299,14 @@ def plan(budgets: Budgets, setting: Setting, history: Sequence[Measurement]) -> 
     items = list(last.slot_items) or [0] * len(setting.assignment)
     high = math.inf if budget is None else budgets.high_water * budget
     draft = _Draft(list(setting.assignment), setting.active, slot_bytes, items, [], high)
-    n, why = wanted_active(budgets, last.cores, sum(slot_bytes), growth or 0.0, limit)
+    # the next tick reads at most the limit, and about what is waiting (twice: it grows)
+    rows = min(limit, 2 * (last.rows + last.backlog))
+    n, why = wanted_active(
+        budgets, last.cores, sum(slot_bytes), growth or 0.0, rows, setting.active
+    )
     steps = [_rescale(draft, n, budgets.max_moves)]
     if budget is not None:
-        expected = limit * (growth or 0.0)
-        steps.append(_spread(draft, expected, budgets.max_moves))
+        steps.append(_spread(draft, rows * (growth or 0.0), budgets.max_moves))
     steps.append(_balance(draft, budgets.max_moves))
     reasons += [f"active: {why}"] + [s for s in steps if s]
     if budget is not None:
