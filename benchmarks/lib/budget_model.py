@@ -104,17 +104,18 @@ class Run:
 MAX_TICKS = 20000
 
 
-Decider = Callable[[Setting, list[Measurement]], Plan]
+#: (setting, measurements, rows in flight) -> the next plan
+Decider = Callable[[Setting, list[Measurement], int], Plan]
 
 
 def controller(budgets: Budgets) -> Decider:
     """The policy as the simulation's decider."""
-    return lambda setting, history: plan(budgets, setting, history)
+    return lambda setting, history, in_flight: plan(budgets, setting, history, in_flight)
 
 
 def fixed() -> Decider:
     """A fixed setting: never changes."""
-    return lambda setting, history: Plan(setting)
+    return lambda setting, history, in_flight: Plan(setting)
 
 
 class _Arrivals:
@@ -154,17 +155,23 @@ class _Arrivals:
         return taken
 
 
-def simulate(workload: Workload, budgets: Budgets, start: Setting, decider: Decider) -> Run:
-    """Run ``workload`` tick by tick with ``decider`` choosing each tick's setting."""
+def simulate(
+    workload: Workload, budgets: Budgets, start: Setting, decider: Decider, *, lag: bool = False
+) -> Run:
+    """Run ``workload`` tick by tick with ``decider`` choosing each tick's setting.
+
+    ``lag``: a decided read limit applies one tick later (as on Spark, where the fronts may
+    plan a batch before the control channel decides); moves apply at once.
+    """
     slots = budgets.slots
     arrivals = _Arrivals(workload)
     history: list[tuple[int, ...]] = []  # items per slot, newest last (state's window)
     setting, measured, run, now = start, list[Measurement](), Run(), 0.0
-    moved_bytes = 0
+    moved_bytes, reading = 0, start.limit  # the limit the next tick reads with
     while now < workload.seconds or arrivals.queue:
         arrivals.advance(now)
         backlog = arrivals.backlog()
-        rows = min(setting.limit, backlog)
+        rows = min(reading if lag else setting.limit, backlog)
         if backlog == 0:  # nothing to read: wait (a limit of 0 still runs a tick: time moves)
             now += workload.idle_ms / 1000
             continue
@@ -199,7 +206,9 @@ def simulate(workload: Workload, budgets: Budgets, start: Setting, decider: Deci
                 workload.cores,
             )
         )
-        decided = decider(setting, measured[-8:])
+        # with lag, the next tick reads with the limit decided before this one
+        reading = setting.limit
+        decided = decider(setting, measured[-8:], reading if lag else 0)
         run.ticks.append(_tick(now, rows, duration, setting, decided, peak))
         moved_bytes = sum(m.bytes for m in decided.moves)
         setting = decided.setting

@@ -8,7 +8,7 @@ carries each tick's key layout (:mod:`flamestream.spark.control.key_layout`) in 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -16,6 +16,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
 from flamestream.spark.connector.faults import crash_point
+from flamestream.spark.control.budgeted import BudgetController, BudgetPolicy
 from flamestream.spark.control.key_layout import ElasticPolicy, Layout, plan_layout
 from flamestream.spark.durable import (
     QueryCheckpoint,
@@ -88,11 +89,17 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The control channel: no rows; its offset is the layout of the batch (see module doc)."""
 
     def __init__(
-        self, checkpoint: str, partitions: int, policy: ElasticPolicy | None = None
+        self,
+        checkpoint: str,
+        partitions: int,
+        policy: ElasticPolicy | None = None,
+        budget: BudgetPolicy | None = None,
     ) -> None:
         self.checkpoint = checkpoint
         self.key_partitions = partitions
         self.policy = policy or ElasticPolicy()
+        #: with declared budgets, the budget policy decides layout and read limit together
+        self.budget = BudgetController(budget, partitions) if budget is not None else None
         self._judged = -1  # the newest batch whose loads were judged (driver side)
 
     def initialOffset(self) -> dict[str, Any]:
@@ -110,6 +117,8 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if last <= self._judged:
             return start
         self._judged = last
+        if self.budget is not None:
+            return self._budgeted(start, current, last)
         store = SlotLoads(checkpoint.graph_url)
         loads = store.read(last)
         store.forget_before(last)
@@ -119,6 +128,18 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if better is None:
             return start
         return _offset(better, int(start["decisions"]) + 1, f"after batch {last}: {reason}")
+
+    def _budgeted(self, start: dict[str, Any], current: Layout, last: int) -> dict[str, Any]:
+        """The budget policy's layout after batch ``last`` (its read limit is published)."""
+        assert self.budget is not None  # noqa: S101
+        checkpoint = QueryCheckpoint(self.checkpoint)
+        decided = self.budget.decide(checkpoint, last, current.assignment)
+        SlotLoads(checkpoint.graph_url).forget_before(last)
+        if decided is None or not decided.moves:
+            return start
+        layout = Layout(current.partitions, decided.setting.assignment)
+        reason = f"after batch {last}: " + "; ".join(decided.reasons)
+        return _offset(layout, int(start["decisions"]) + 1, reason)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """Nothing to read."""
@@ -135,6 +156,7 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_judged"] = -1
+        state["budget"] = None if self.budget is None else replace(self.budget, setting=None)
         return state
 
 

@@ -273,21 +273,35 @@ def _balance(draft: _Draft, max_moves: int) -> str:
     return f"balance {' '.join(moved)}" if moved else ""
 
 
-def memory_cap(draft: _Draft, budget: int, growth: float) -> tuple[int | None, str]:
+def memory_cap(
+    draft: _Draft, budget: int, growth: float, in_flight: int = 0
+) -> tuple[int | None, str]:
     """The most rows a tick may read so that no partition passes ``budget`` bytes.
 
-    Worst case: every row lands in the fullest partition and grows it by ``growth``.
+    Worst case: every row lands in the fullest partition and grows it by ``growth``, after
+    the ``in_flight`` rows already admitted did the same.
     """
     if growth <= 0:
         return None, ""
     fullest = max(range(draft.active), key=lambda p: (draft.bytes_of(p), -p))
-    room = budget - draft.bytes_of(fullest)
+    free = budget - draft.bytes_of(fullest)
+    room = free - math.ceil(in_flight * growth)
     cap = max(0, math.floor(room / growth))
+    if in_flight:  # the next tick is in flight too: share the room with it (no 2-cycle of
+        # a large limit leaving a small room, then the converse)
+        cap = min(cap, max(0, math.floor(free / (2 * growth))))
     return cap, f"partition {fullest}: {room} bytes of room / {growth:.1f} per item = {cap} rows"
 
 
-def plan(budgets: Budgets, setting: Setting, history: Sequence[Measurement]) -> Plan:
-    """The next tick's setting from the last ticks (``history``, oldest first; pure)."""
+def plan(
+    budgets: Budgets, setting: Setting, history: Sequence[Measurement], in_flight: int = 0
+) -> Plan:
+    """The next tick's setting from the last ticks (``history``, oldest first; pure).
+
+    ``in_flight``: rows a tick already admitted under an earlier decision will add before
+    this decision's limit applies (a caller whose readers pick up the limit a tick late).
+    The moves apply at once.
+    """
     if not history:
         return Plan(setting, (), ("no measurement yet",))
     last = history[-1]
@@ -295,9 +309,12 @@ def plan(budgets: Budgets, setting: Setting, history: Sequence[Measurement]) -> 
     limit = latency_limit(budgets, setting, history)
     reasons = [f"latency: {limit} rows"]
     budget = budgets.max_state_bytes_per_partition
-    slot_bytes = list(last.slot_bytes) or [0] * len(setting.assignment)
-    items = list(last.slot_items) or [0] * len(setting.assignment)
+    slots = len(setting.assignment)  # a measurement may leave out the slots with nothing
+    slot_bytes = [*last.slot_bytes[:slots], *[0] * (slots - len(last.slot_bytes))]
+    items = [*last.slot_items[:slots], *[0] * (slots - len(last.slot_items))]
     high = math.inf if budget is None else budgets.high_water * budget
+    if budget is not None:  # a partition receiving slots must still take the in-flight rows
+        high = min(high, budget - in_flight * (growth or 0.0))
     draft = _Draft(list(setting.assignment), setting.active, slot_bytes, items, [], high)
     # the next tick reads at most the limit, and about what is waiting (twice: it grows)
     rows = min(limit, 2 * (last.rows + last.backlog))
@@ -310,7 +327,7 @@ def plan(budgets: Budgets, setting: Setting, history: Sequence[Measurement]) -> 
     steps.append(_balance(draft, budgets.max_moves))
     reasons += [f"active: {why}"] + [s for s in steps if s]
     if budget is not None:
-        cap, because = memory_cap(draft, budget, growth or 0.0)
+        cap, because = memory_cap(draft, budget, growth or 0.0, in_flight)
         if growth is None:  # no growth measured yet: read the least until it is
             cap, because = budgets.min_rows, "growth per item not measured yet"
         if cap is not None and cap < limit:
