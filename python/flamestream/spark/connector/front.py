@@ -281,13 +281,7 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for f in fronts
         }
         ends = {f.key: max(starts[f.key], available.get(f.key, 0)) for f in fronts}
-        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        controller = self._control(begin)
-        if controller is not None:
-            budget = controller.next_limit()
-        published = self._published() if self.budget_from is not None else None
-        if self.budget_from is not None:  # the graph's budget policy decides the limit
-            budget = int(published["limit"]) if published else self.budget_initial
+        budget, controller, published = self._tick_limit(limit, begin)
         taken = None
         if budget is not None:
             ends, taken = self._within_budget(fronts, starts, ends, budget)
@@ -321,14 +315,7 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         moved = any(ends[f.key] != starts[f.key] or nexts[f.key] != f.next for f in fronts)
         if not moved and len(fronts) == len(begin.fronts):
             return start  # nothing new and no report raised: no batch
-        extra = begin.extra
-        if self.budget_from is not None and budget is not None:
-            record = (BUDGET_RECORD, front_record(budget, taken or 0, published))
-            extra = (*(e for e in extra if e[0] != BUDGET_RECORD), record)
-        if controller is not None:
-            controller.planned(begin.seq + 1, taken or 0)
-            record = ("controller", controller.record())
-            extra = (*(e for e in extra if e[0] != "controller"), record)
+        extra = self._extra(begin, controller, budget, taken, published)
         end = FrontOffset(
             self.source.kind,
             self.id_base,
@@ -426,6 +413,41 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._target is not None and end >= self._target.get(key, end):
             return True
         return self.source.finished(key, end)
+
+    def _tick_limit(
+        self, limit: ReadLimit, begin: FrontOffset
+    ) -> tuple[int | None, AdmissionController | None, dict[str, Any] | None]:
+        """The tick's read limit: Spark's, the front's controller's, or the graph's policy's.
+
+        Also the controller (if on) and the published decision read (with ``budgets=``).
+        """
+        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        controller = self._control(begin)
+        if controller is not None:
+            budget = controller.next_limit()
+        published = self._published() if self.budget_from is not None else None
+        if self.budget_from is not None:  # the graph's budget policy decides the limit
+            budget = int(published["limit"]) if published else self.budget_initial
+        return budget, controller, published
+
+    def _extra(
+        self,
+        begin: FrontOffset,
+        controller: AdmissionController | None,
+        budget: int | None,
+        taken: int | None,
+        published: dict[str, Any] | None,
+    ) -> tuple[tuple[str, Any], ...]:
+        """The end offset's extra records: the controller's, or the budget limit used."""
+        extra = begin.extra
+        if self.budget_from is not None and budget is not None:
+            record = (BUDGET_RECORD, front_record(budget, taken or 0, published))
+            extra = (*(e for e in extra if e[0] != BUDGET_RECORD), record)
+        if controller is not None:
+            controller.planned(begin.seq + 1, taken or 0)
+            record = ("controller", controller.record())
+            extra = (*(e for e in extra if e[0] != "controller"), record)
+        return extra
 
     def _published(self) -> dict[str, Any] | None:
         """The newest read limit the graph's budget policy published (None: none yet)."""
