@@ -9,11 +9,15 @@ budget held; the ratios of the controller to the best fixed setting (overall, an
 that held the budget); the controller's decisions per tick, drawn into ``--plot``.
 
 ``simulated``: the keyed pipeline model of :mod:`benchmarks.lib.budget_model` (cost per tick,
-state per item and its expiry), deterministic, no Spark. Prints one JSON object::
+state per item and its expiry), deterministic, no Spark. ``spark``: the same comparison on
+local Spark (:mod:`benchmarks.lib.budget_spark`), unless ``--no-spark``. Prints one JSON
+object::
 
     python -m benchmarks.spark_budgets [--seconds S] [--rate R] [--factor F]
         [--budget-mb M] [--partitions P] [--target-ms T] [--limits L ...]
-        [--actives N ...] [--plot PNG] [--work DIR]
+        [--actives N ...] [--plot PNG] [--work DIR] [--no-spark] [--spark-seconds S]
+        [--spark-rate R] [--spark-burst FROM TO] [--spark-keys K] [--spark-budget-kb KB]
+        [--spark-partitions P] [--spark-limits L ...] [--spark-actives N ...] [--drain S]
 """
 
 from __future__ import annotations
@@ -57,7 +61,55 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     add("--actives", type=int, nargs="*", default=[1, 2, 4])
     add("--plot", default="docs/img/bench-budgets.png", help="PNG of the decisions ('' none)")
     add("--work", type=Path, default=Path(".bench"), help="plot virtualenv under <work>/venvs")
+    spark_arguments(parser)
     return parser.parse_args(argv)
+
+
+def spark_arguments(parser: argparse.ArgumentParser) -> None:
+    """The local Spark part's flags (``--no-spark``: the simulation only)."""
+    add = parser.add_argument
+    add("--no-spark", action="store_true", help="skip the local Spark part")
+    add("--spark-seconds", type=float, default=40.0, help="input seconds on Spark")
+    add("--spark-rate", type=float, default=1000.0, help="rows/s outside the burst")
+    add("--spark-burst", type=float, nargs=2, default=[10.0, 20.0], help="burst from, to (s)")
+    add("--spark-keys", type=int, default=50000, help="distinct keys (state grows with them)")
+    add("--spark-exponent", type=float, default=1.3, help="Zipf exponent of the hot range")
+    add("--spark-partitions", type=int, default=4, help="the controller's P")
+    add("--spark-target-ms", type=float, default=8000.0, help="targetLatencyMs on Spark")
+    add("--spark-budget-kb", type=float, default=1500.0, help="state budget per partition")
+    add("--spark-limits", type=int, nargs="*", default=[2000, 8000, 0], help="0: no limit")
+    add("--spark-actives", type=int, nargs="*", default=[1, 2, 4])
+    add("--drain", type=float, default=30.0, help="seconds after the input until a stop")
+    add("--settle", type=float, default=3.0, help="records of the first seconds not measured")
+    add("--timeout", type=float, default=300.0, help="seconds for the first planning")
+    add("--spark-work", type=Path, default=None, help="checkpoints and outputs (default: tmp)")
+
+
+def spark_part(args: argparse.Namespace) -> dict[str, Any]:
+    """The controller and the fixed sweep on local Spark (timings provisional if shared)."""
+    from benchmarks.lib import budget_spark, pipeline
+
+    work, _, spark, shim = pipeline.setup("budgets", args.spark_work)
+    try:
+        version = spark.version
+        data, variants = budget_spark.run_all(spark, work, args)
+    finally:
+        spark.stop()
+    budget = round(args.spark_budget_kb * 1000)
+    for figures in variants.values():
+        if "p99_ms" in figures:
+            figures["budget_held"] = figures["peak_state_bytes_per_partition"] <= budget
+    measured = {n: v for n, v in variants.items() if v.get("p99_ms") is not None}
+    work.close()
+    return {
+        "provisional": True,
+        "spark": version,
+        "shim": shim is not None,
+        "input": data | {"keys": args.spark_keys, "burst": args.spark_burst},
+        "budget_bytes": budget,
+        "variants": variants,
+        "ratios": compare(measured) if "controller" in measured else {},
+    }
 
 
 def workload_of(args: argparse.Namespace) -> tuple[Workload, Budgets]:
@@ -88,10 +140,11 @@ def simulated(args: argparse.Namespace) -> dict[str, Any]:
     """The controller and every fixed setting on the simulated pipeline."""
     workload, budgets = workload_of(args)
     budget = budgets.max_state_bytes_per_partition
+    first = Setting.initial(budgets, workload.cores)
     runs: dict[str, Run] = {
-        "controller": simulate(
-            workload, budgets, Setting.initial(budgets, workload.cores), controller(budgets)
-        )
+        "controller": simulate(workload, budgets, first, controller(budgets)),
+        # as on Spark: the fronts read with the limit decided a tick earlier
+        "controller-lagged": simulate(workload, budgets, first, controller(budgets), lag=True),
     }
     for limit in args.limits:
         for n in args.actives:
@@ -169,10 +222,18 @@ NOTES = [
     "state for window_ticks ticks. Latency: a row's arrival to the end of the tick that read "
     "it. Throughput: rows / seconds until the last row is released. Peak state: the fullest "
     "partition during a tick (before expiry).",
+    "controller-lagged: the same, its read limit applied a tick late (as on Spark, where a "
+    "front may plan before the control channel decides).",
     "fixed-<limit>x<n>: that read limit (nolimit: none), n active partitions, slot s on s mod "
     "n, never changed. The hot slots share partition 0 under every default layout.",
     "ratios: controller / best fixed by p99 (ties by throughput), among all fixed settings "
     "and among those whose peak state held the budget.",
+    "spark: the generator pipeline into a word count over many keys (its state grows with "
+    "them), a rate burst (rateSteps) and a hot key range (skewSteps, Zipf over the middle "
+    "third of the records); fixed-<limit>x<n>: maxRecordsPerTrigger (nolimit: none) and "
+    "partitions=n; controller: budgets=BudgetPolicy on partitions=P. Peak state: the fullest "
+    "partition after a batch (controller: its decisions; fixed: snapshots listed every "
+    "0.25 s). Timings are provisional unless the machine ran nothing else.",
 ]
 
 
@@ -183,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"benchmark": "budget policy vs fixed read limit x partitions"}
     report["simulated"] = simulated(args)
     report["plot"] = plot(args, report)
+    if not args.no_spark:
+        report["spark"] = spark_part(args)
     report["machine"] = began.machine()
     report["seconds"] = began.seconds()
     report["notes"] = NOTES
