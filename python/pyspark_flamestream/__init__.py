@@ -120,6 +120,9 @@ class FlameStreamDataSource(DataSource):
         checkpoint = options.string("path", required=True)
         partitions = options.integer("partitions", minimum=1)
         policy = ElasticPolicy(
+            active=options.optional_integer("active", minimum=1),
+            max_move_slots=options.optional_integer("maxMoveSlots", minimum=1),
+            max_move_bytes=options.optional_integer("maxMoveBytes", minimum=1),
             skew=options.number("skew", SKEW, minimum=1.0),
             even=options.number("even", EVEN, minimum=1.0),
             min_items=options.integer("minItems", MIN_ITEMS, minimum=1),
@@ -127,6 +130,7 @@ class FlameStreamDataSource(DataSource):
         )
         budget = BudgetPolicy.parse(options)
         options.finish()
+        policy.check(partitions, "channel control")
         return checkpoint, partitions, policy, budget
 
     def schema(self) -> StructType:

@@ -210,14 +210,18 @@ class BudgetController:
     history: tuple[Measurement, ...] = ()
 
     def decide(
-        self, checkpoint: QueryCheckpoint, batch: int, assignment: Sequence[int]
+        self,
+        checkpoint: QueryCheckpoint,
+        batch: int,
+        assignment: Sequence[int],
+        active: int | None = None,
     ) -> Plan | None:
         """After committed ``batch``: the next setting (None if the batch says nothing)."""
         measured = measure(checkpoint, batch, self.policy.cores or 1, len(assignment))
         if measured is None:
             return None
         budgets = self.policy.budgets(self.partitions)
-        setting = self._resume(checkpoint, budgets, assignment)
+        setting = self._resume(checkpoint, budgets, assignment, active)
         self.history = (*self.history, measured)[-HISTORY:]
         # the front may plan the next batch before this decision, with the previous limit:
         # those rows are in flight (the layout, in this channel's offset, applies at once)
@@ -247,7 +251,11 @@ class BudgetController:
         return decided
 
     def _resume(
-        self, checkpoint: QueryCheckpoint, budgets: Budgets, assignment: Sequence[int]
+        self,
+        checkpoint: QueryCheckpoint,
+        budgets: Budgets,
+        assignment: Sequence[int],
+        active: int | None,
     ) -> Setting:
         """The current setting: in memory, else from the board (a restarted process)."""
         current = self.setting or Setting.initial(budgets, self.policy.cores or 1)
@@ -260,8 +268,8 @@ class BudgetController:
                     limit=int(last["limit"]),
                     growth_per_item=None if growth is None else float(growth),
                 )
-        active = max(assignment) + 1
-        return replace(current, assignment=tuple(assignment), active=active)
+        used = max(assignment) + 1  # a layout never uses a partition beyond the active ones
+        return replace(current, assignment=tuple(assignment), active=max(active or used, used))
 
 
 def peak_partition_bytes(measured: Measurement, assignment: Sequence[int]) -> int:

@@ -3,6 +3,8 @@
 Layout: ``<graph>/slots/<batch>/<task>.json`` (items per slot) and, next to it,
 ``<task>.bytes`` (each slot's snapshot bytes before and after the batch) (:class:`SlotLoads`).
 The sizes cost nothing to measure: the task holds each snapshot when it restores and saves it.
+The slots' newest snapshot sizes can also be listed from the groupings' slot stores
+(:func:`slot_bytes`, one listing: what a migration step bounds its bytes by).
 """
 
 from __future__ import annotations
@@ -74,3 +76,26 @@ class SlotLoads:
                 for slot, (before, after) in json.loads(fs.cat_file(path)).items():
                     sizes[int(slot)] = (int(before), int(after))
         return sizes
+
+
+def slot_bytes(state_url: str) -> dict[int, int]:
+    """Bytes of each slot's newest snapshot, summed over the groupings (one listing).
+
+    Slot snapshots live in ``<state>/<grouping>.slots/part-<slot>/<batch>.state``
+    (:class:`flamestream.spark.exec.keyed_state.SlotSnapshots`).
+    """
+    fs, root = filesystem(state_url)
+    try:
+        found = fs.glob(posixpath.join(root, "*.slots", "part-*", "*.state"), detail=True)
+    except FileNotFoundError:
+        return {}
+    newest: dict[str, tuple[str, int]] = {}
+    for path, info in found.items():
+        folder = posixpath.dirname(path)
+        if folder not in newest or path > newest[folder][0]:
+            newest[folder] = (path, int(info.get("size") or 0))
+    out: dict[int, int] = {}
+    for folder, (_, size) in newest.items():
+        slot = int(posixpath.basename(folder).removeprefix("part-"))
+        out[slot] = out.get(slot, 0) + size
+    return out
