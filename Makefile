@@ -81,13 +81,14 @@ unit: setup  ## only the fast unit tests (no Spark)
 bench: setup  ## run the benchmark harness, print JSON ratios
 	$(PY) -m benchmarks.bench
 
-bench-spark: setup  ## Spark benchmarks: connectors vs built-ins, graphs vs plain PySpark, barrier, controller, skew, worker memory, per-batch cost
+bench-spark: setup  ## Spark benchmarks: connectors vs built-ins, graphs vs plain PySpark, barrier, controller, skew, budgets, worker memory, per-batch cost
 	$(PY) -m benchmarks.spark_passthrough
 	$(PY) -m benchmarks.spark_kafka
 	$(PY) -m benchmarks.spark_graphs
 	$(PY) -m benchmarks.spark_barrier
 	$(PY) -m benchmarks.spark_controller
 	$(PY) -m benchmarks.spark_skew
+	$(PY) -m benchmarks.spark_budgets
 	$(PY) -m benchmarks.spark_memory
 	$(PY) -m benchmarks.spark_batches
 

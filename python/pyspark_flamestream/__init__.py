@@ -35,6 +35,7 @@ from flamestream.spark.connector.front import (
 )
 from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.connector.sink import BarrierWriter, SinkOutput
+from flamestream.spark.control.budgeted import BudgetPolicy
 from flamestream.spark.control.channels import ControlReader, LoopReader
 from flamestream.spark.control.key_layout import EVEN, GAIN, MIN_ITEMS, SKEW, ElasticPolicy
 from flamestream.spark.exec.items import ITEM_SCHEMA
@@ -110,7 +111,7 @@ class FlameStreamDataSource(DataSource):
         options.finish()
         return checkpoint
 
-    def _control(self) -> tuple[str, int, ElasticPolicy] | None:
+    def _control(self) -> tuple[str, int, ElasticPolicy, BudgetPolicy | None] | None:
         """A graph's control channel (``channel=control``, made by ``apply`` with elastic=)."""
         if self.options.get("channel") != "control":
             return None
@@ -127,9 +128,10 @@ class FlameStreamDataSource(DataSource):
             min_items=options.integer("minItems", MIN_ITEMS, minimum=1),
             gain=options.number("gain", GAIN, minimum=0.0),
         )
+        budget = BudgetPolicy.parse(options)
         options.finish()
         policy.check(partitions, "channel control")
-        return checkpoint, partitions, policy
+        return checkpoint, partitions, policy, budget
 
     def schema(self) -> StructType:
         """Meta columns (ts, front, source, position), then the front's payload columns.

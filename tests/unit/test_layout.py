@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from flamestream.graph.steps import Grouping
 from flamestream.runtime import GroupingState
 from flamestream.spark.control.key_layout import (
     EVEN,
@@ -16,7 +20,9 @@ from flamestream.spark.control.key_layout import (
     routes,
     slot_of,
 )
+from flamestream.spark.durable.slots import SlotLoads
 from flamestream.spark.exec.items import encode_key
+from flamestream.spark.exec.keyed_state import SlotSnapshots
 from flamestream.spark.exec.partitioning import partition_of, salts
 
 from .helpers import item
@@ -118,3 +124,30 @@ def test_splitting_and_merging_state_changes_nothing_downstream(
 
     assert buckets(moved) == buckets(whole)
     assert moved.indexed_times() == whole.indexed_times()
+
+
+def test_slot_snapshots_record_each_slots_state_bytes(tmp_path: Path) -> None:
+    """The keyed task writes each slot's snapshot bytes before and after its batch next to
+    the items per slot: the sizes of the snapshots it restored and saved."""
+    key = lambda payload: payload[0]  # noqa: E731
+    state_url = str(tmp_path / "graph")
+    io = SlotSnapshots(Grouping("g", 2, key), state_url, str(tmp_path / "ck"), 2)
+    layout = Layout.default(2)
+    mine = layout.slots_of(0)
+    keys = [k for k in range(40) if layout.partition_of(encode_key(k)) == 0][:6]
+    saved: dict[int, int] = {}
+    for batch in (0, 1):
+        state = io.restore(0, batch)
+        for n, k in enumerate(keys):
+            state.receive(item((k, batch), 10 * batch + n + 1, (0, 0)))
+        io.save(0, batch, state, [pa.array([encode_key(k) for k in keys])])
+        sizes = SlotLoads(state_url).read_sizes(batch)
+        assert sorted(sizes) == mine
+        assert all(before == saved.get(s, 0) for s, (before, _) in sizes.items())
+        saved = {s: after for s, (_, after) in sizes.items()}
+        snapshots = tmp_path / "graph" / "g.slots"
+        assert saved == {
+            s: len((snapshots / f"part-{s:05d}" / f"{batch:012d}.state").read_bytes()) for s in mine
+        }
+        assert sum(SlotLoads(state_url).read(batch).values()) == len(keys)
+    assert io.restored == {}  # nothing kept once saved

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import posixpath
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from flamestream.errors import ConfigError, GraphError
 from flamestream.graph.dataflow import Dataflow
 from flamestream.graph.logical import LogicalGraph
 from flamestream.launcher import RECOMMENDED_CONF
+from flamestream.spark.control.budgeted import INITIAL_LIMIT, LIMIT_FROM, BudgetPolicy
 from flamestream.spark.control.handle import QueryControl
 from flamestream.spark.control.key_layout import ElasticPolicy
 from flamestream.spark.durable import QueryCheckpoint, filesystem, write_atomically
@@ -79,7 +81,10 @@ class SparkGraph:
     items (:mod:`flamestream.spark.control.key_layout`; an ``ElasticPolicy`` sets when), and
     when ``control(checkpoint).rescale(n)`` asks for ``n`` active partitions of the
     ``partitions`` (``ElasticPolicy(active=n)``: the count a new checkpoint starts with); the
-    released output does not change.
+    released output does not change. ``budgets=BudgetPolicy(...)`` (streaming, fronts given
+    as readers) declares a latency and a per-partition state budget instead: one policy
+    decides the read limit, the active key partitions and the key ranges' moves together
+    (:mod:`flamestream.spark.control.budgeted`).
     """
 
     def __init__(
@@ -91,9 +96,13 @@ class SparkGraph:
         partitions: int | None = None,
         release: str = "every",
         elastic: bool | ElasticPolicy = False,
+        budgets: BudgetPolicy | None = None,
     ) -> None:
         graph = flow.build() if isinstance(flow, Dataflow) else flow
+        # declared budgets need the control channel: the budget policy moves the key ranges
+        elastic = elastic or budgets is not None
         self.elastic = ElasticPolicy() if elastic is True else (elastic or None)
+        self.budgets = budgets
         self.plan = plan_execution(
             graph, fusion=fusion, release=release, elastic=self.elastic is not None
         )
@@ -198,7 +207,8 @@ class SparkGraph:
         self, df: DataFrame | Any, payload: str, checkpoint_location: str | None, *, sink_runs: bool
     ) -> tuple[DataFrame, Any]:
         """Plan and wire one application: the result rows, and the sink's task if it runs one."""
-        rows, in_front = self._front_rows(df, payload)
+        budget_from = checkpoint_location if self.budgets is not None else None
+        rows, in_front = self._front_rows(df, payload, budget_from)
         plan = self._query_plan(rows, checkpoint_location)
         in_sink = self.plan.in_sink if sink_runs and plan.state_url is not None else None
         if in_front:  # the fronts ran the first stage (or the keying): their rows are items
@@ -260,6 +270,7 @@ class SparkGraph:
                 .option("path", plan.checkpoint)
                 .option("partitions", plan.partitions)
                 .options(**self.elastic.options())
+                .options(**(self.budgets.options(_cores(df)) if self.budgets else {}))
                 .load()
             )
         if plan.fed and plan.state_url is not None:  # items sent into the loop come back
@@ -271,11 +282,16 @@ class SparkGraph:
             )
         return control_rows, loop_rows
 
-    def _front_rows(self, df: DataFrame | Any, payload: str) -> tuple[DataFrame, bool]:
-        """The input as a DataFrame; True when fronts' readers ran :attr:`plan.in_front`."""
+    def _front_rows(
+        self, df: DataFrame | Any, payload: str, budget_from: str | None = None
+    ) -> tuple[DataFrame, bool]:
+        """The input as a DataFrame; True when fronts' readers ran :attr:`plan.in_front`.
+
+        ``budget_from``: the checkpoint whose budget policy sets the fronts' read limit.
+        """
         readers: list[Any] = list(df) if isinstance(df, list | tuple) else [df]
         if not readers or any(not _is_reader(r) for r in readers):
-            if len(readers) == 1 and hasattr(readers[0], "isStreaming"):
+            if len(readers) == 1 and hasattr(readers[0], "isStreaming") and not budget_from:
                 return readers[0], False
             raise GraphError(
                 self.graph.name,
@@ -291,9 +307,14 @@ class SparkGraph:
             partitions = self._key_partitions(session) if bounded else 0
             option = self._front_stage(payload, partitions).encode()
         loaded = []
+        initial = self.budgets.initial_limit() if self.budgets else 0
         for reader in readers:
+            if budget_from:
+                reader.option(LIMIT_FROM, budget_from).option(INITIAL_LIMIT, initial)
             loaded.append(reader.option(STAGE_OPTION, option).load())
             reader.option(STAGE_OPTION, "")  # the caller's reader loads plain fronts again
+            if budget_from:
+                reader.option(LIMIT_FROM, "").option(INITIAL_LIMIT, "")
         return _observed_records(_union(loaded), fused=bool(option)), bool(option)
 
     def _front_stage(self, payload: str, partitions: int = 0) -> FrontStage:
@@ -587,6 +608,14 @@ def arrow_batches_bounded(session: Any) -> bool:
     return False
 
 
+def _cores(df: DataFrame) -> int:
+    """The cores keyed tasks run on: Spark's default parallelism (else this machine's)."""
+    try:
+        return max(1, int(df.sparkSession.sparkContext.defaultParallelism))
+    except Exception:
+        return max(1, os.cpu_count() or 1)
+
+
 def _no_adaptive_streaming(session: Any) -> None:
     """Turn adaptive execution of stateless streaming queries off for the session.
 
@@ -772,6 +801,7 @@ def apply_graph(
     checkpoint_location: str | None = None,
     release: str = "every",
     elastic: bool | ElasticPolicy = False,
+    budgets: BudgetPolicy | None = None,
 ) -> DataFrame:
     """Compile ``flow`` and apply it to ``df``: see :meth:`SparkGraph.apply`."""
     graph = SparkGraph(
@@ -781,5 +811,6 @@ def apply_graph(
         partitions=partitions,
         release=release,
         elastic=elastic,
+        budgets=budgets,
     )
     return graph.apply(df, payload=payload, checkpoint_location=checkpoint_location)

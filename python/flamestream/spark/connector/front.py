@@ -56,7 +56,9 @@ from flamestream.spark.connector.offsets import (
 from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.connector.stamping import CLOCKS, clamp_times
 from flamestream.spark.control.admission import HISTORY, AdmissionController, Budget
-from flamestream.spark.durable import batch_id_of_task
+from flamestream.spark.control.budgeted import INITIAL_LIMIT, LIMIT_FROM, LimitBoard, front_record
+from flamestream.spark.control.budgeted import RECORD as BUDGET_RECORD
+from flamestream.spark.durable import QueryCheckpoint, batch_id_of_task
 from flamestream.spark.exec.front_stage import ShippedFrontStage
 from flamestream.spark.exec.shipping import OPTION as STAGE_OPTION
 from flamestream.spark.exec.worker_setup import setup_worker
@@ -159,6 +161,10 @@ class ReaderConfig:
     stage: ShippedFrontStage | None = None
     #: the most read tasks a batch's sources are packed into (None: one task per source)
     read_tasks: int | None = None
+    #: a graph's checkpoint whose budget policy publishes the read limit (set by ``apply``
+    #: with ``budgets=``), and the limit before the first decision
+    budget_from: str | None = None
+    budget_initial: int = 100
 
     @classmethod
     def parse(cls, options: OptionReader, limit_alias: str | None = None) -> ReaderConfig:
@@ -187,6 +193,8 @@ class ReaderConfig:
         idle = options.optional_integer("idleTimeoutMs", minimum=1)
         read_tasks = options.optional_integer("readTasks", minimum=1)
         stage = options.raw(STAGE_OPTION)
+        budget_from = options.raw(LIMIT_FROM) or None
+        initial = options.raw(INITIAL_LIMIT)
         return cls(
             id_base=id_base,
             max_records=max_records,
@@ -195,6 +203,8 @@ class ReaderConfig:
             idle_timeout_ms=idle,
             stage=ShippedFrontStage(stage) if stage else None,
             read_tasks=read_tasks,
+            budget_from=budget_from,
+            budget_initial=int(initial) if initial else 100,
         )
 
 
@@ -210,6 +220,8 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.idle_timeout_ms = config.idle_timeout_ms
         self.stage = config.stage
         self.read_tasks = config.read_tasks
+        self.budget_from = config.budget_from
+        self.budget_initial = config.budget_initial
         if self.stage is not None:
             self.stage.check(source.payload_fields(), f"front {source.kind}")
         if self.clock == "record" and source.record_time_from is None:
@@ -269,10 +281,7 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for f in fronts
         }
         ends = {f.key: max(starts[f.key], available.get(f.key, 0)) for f in fronts}
-        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        controller = self._control(begin)
-        if controller is not None:
-            budget = controller.next_limit()
+        budget, controller, published = self._tick_limit(limit, begin)
         taken = None
         if budget is not None:
             ends, taken = self._within_budget(fronts, starts, ends, budget)
@@ -306,11 +315,7 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         moved = any(ends[f.key] != starts[f.key] or nexts[f.key] != f.next for f in fronts)
         if not moved and len(fronts) == len(begin.fronts):
             return start  # nothing new and no report raised: no batch
-        extra = begin.extra
-        if controller is not None:
-            controller.planned(begin.seq + 1, taken or 0)
-            record = ("controller", controller.record())
-            extra = (*(e for e in begin.extra if e[0] != "controller"), record)
+        extra = self._extra(begin, controller, budget, taken, published)
         end = FrontOffset(
             self.source.kind,
             self.id_base,
@@ -408,6 +413,46 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._target is not None and end >= self._target.get(key, end):
             return True
         return self.source.finished(key, end)
+
+    def _tick_limit(
+        self, limit: ReadLimit, begin: FrontOffset
+    ) -> tuple[int | None, AdmissionController | None, dict[str, Any] | None]:
+        """The tick's read limit: Spark's, the front's controller's, or the graph's policy's.
+
+        Also the controller (if on) and the published decision read (with ``budgets=``).
+        """
+        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        controller = self._control(begin)
+        if controller is not None:
+            budget = controller.next_limit()
+        published = self._published() if self.budget_from is not None else None
+        if self.budget_from is not None:  # the graph's budget policy decides the limit
+            budget = int(published["limit"]) if published else self.budget_initial
+        return budget, controller, published
+
+    def _extra(
+        self,
+        begin: FrontOffset,
+        controller: AdmissionController | None,
+        budget: int | None,
+        taken: int | None,
+        published: dict[str, Any] | None,
+    ) -> tuple[tuple[str, Any], ...]:
+        """The end offset's extra records: the controller's, or the budget limit used."""
+        extra = begin.extra
+        if self.budget_from is not None and budget is not None:
+            record = (BUDGET_RECORD, front_record(budget, taken or 0, published))
+            extra = (*(e for e in extra if e[0] != BUDGET_RECORD), record)
+        if controller is not None:
+            controller.planned(begin.seq + 1, taken or 0)
+            record = ("controller", controller.record())
+            extra = (*(e for e in extra if e[0] != "controller"), record)
+        return extra
+
+    def _published(self) -> dict[str, Any] | None:
+        """The newest read limit the graph's budget policy published (None: none yet)."""
+        assert self.budget_from is not None  # noqa: S101
+        return LimitBoard(QueryCheckpoint(self.budget_from).graph_url).latest()
 
     def _control(self, begin: FrontOffset) -> AdmissionController | None:
         """The controller, told that the previous tick ended and what progress says."""

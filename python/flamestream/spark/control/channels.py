@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -17,6 +17,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
 from flamestream.spark.connector.faults import crash_point
+from flamestream.spark.control.budgeted import BudgetController, BudgetPolicy
 from flamestream.spark.control.key_layout import (
     ElasticPolicy,
     Layout,
@@ -114,12 +115,18 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """
 
     def __init__(
-        self, checkpoint: str, partitions: int, policy: ElasticPolicy | None = None
+        self,
+        checkpoint: str,
+        partitions: int,
+        policy: ElasticPolicy | None = None,
+        budget: BudgetPolicy | None = None,
     ) -> None:
         self.checkpoint = checkpoint
         self.key_partitions = partitions
         self.policy = policy or ElasticPolicy()
         self.state_url = QueryCheckpoint(checkpoint).graph_url
+        #: with declared budgets, the budget policy decides layout and read limit together
+        self.budget = BudgetController(budget, partitions) if budget is not None else None
         self._judged = -1  # the newest batch whose loads were judged (driver side)
         self.handlers = self._handlers()
 
@@ -235,6 +242,8 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self, state: dict[str, Any], last: int
     ) -> tuple[dict[str, Any], str, tuple[list[int], int] | None]:
         """Step 3 of :meth:`latestOffset`: (state, reason, (moved slots, their bytes))."""
+        if self.budget is not None and state["target"] is None:
+            return self._budgeted(state, last)
         partitions = self.key_partitions
         current = Layout(partitions, tuple(state["assignment"]))
         reason = ""
@@ -267,6 +276,34 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         note = f"moved {len(moved)} slots ({moved_bytes} bytes), {left} to go"
         return state, f"{reason}; {note}" if reason else note, (moved, moved_bytes)
 
+    def _budgeted(
+        self, state: dict[str, Any], last: int
+    ) -> tuple[dict[str, Any], str, tuple[list[int], int] | None]:
+        """With budgets: the budget policy's active count and moves after batch ``last``.
+
+        Its read limit is published for the fronts (:mod:`flamestream.spark.control.
+        budgeted`); its moves are bounded by its ``max_moves`` and taken at once. A rescale
+        request's target, while in progress, is migrated first (see :meth:`_move`).
+        """
+        assert self.budget is not None  # noqa: S101
+        if last <= self._judged:
+            return state, "", None
+        self._judged = last
+        decided = self.budget.decide(
+            QueryCheckpoint(self.checkpoint), last, state["assignment"], int(state["active"])
+        )
+        SlotLoads(self.state_url).forget_before(last)
+        if decided is None or not decided.moves:
+            return state, "", None
+        new = {
+            **state,
+            "assignment": list(decided.setting.assignment),
+            "active": decided.setting.active,
+        }
+        moved = [m.slot for m in decided.moves]
+        reason = f"after batch {last}: " + "; ".join(decided.reasons)
+        return new, reason, (moved, sum(m.bytes for m in decided.moves))
+
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """Nothing to read."""
         return []
@@ -283,6 +320,7 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state = dict(self.__dict__)
         state["_judged"] = -1
         state["handlers"] = {}
+        state["budget"] = None if self.budget is None else replace(self.budget, setting=None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

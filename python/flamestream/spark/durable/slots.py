@@ -1,7 +1,10 @@
-"""Items per key slot per batch, written by the keyed tasks.
+"""Items and state bytes per key slot per batch, written by the keyed tasks.
 
-Layout: ``<graph>/slots/<batch>/<task>.json`` (:class:`SlotLoads`); the slots' snapshot sizes
-(:func:`slot_bytes`) are read from the groupings' slot stores.
+Layout: ``<graph>/slots/<batch>/<task>.json`` (items per slot) and, next to it,
+``<task>.bytes`` (each slot's snapshot bytes before and after the batch) (:class:`SlotLoads`).
+The sizes cost nothing to measure: the task holds each snapshot when it restores and saves it.
+The slots' newest snapshot sizes can also be listed from the groupings' slot stores
+(:func:`slot_bytes`, one listing: what a migration step bounds its bytes by).
 """
 
 from __future__ import annotations
@@ -25,12 +28,24 @@ class SlotLoads:
     def __init__(self, state_url: str) -> None:
         self.url = state_url.rstrip("/") + "/slots"
 
-    def write(self, batch_id: int, task: str, loads: Mapping[int, int]) -> None:
-        """One task's counts (a retried task overwrites its file)."""
+    def write(
+        self,
+        batch_id: int,
+        task: str,
+        loads: Mapping[int, int],
+        sizes: Mapping[int, tuple[int, int]] | None = None,
+    ) -> None:
+        """One task's counts, and its slots' (before, after) state bytes if given.
+
+        A retried task overwrites its files with the same bytes.
+        """
         fs, root = filesystem(self.url)
-        path = posixpath.join(root, f"{batch_id:012d}", f"{task}.json")
+        folder = posixpath.join(root, f"{batch_id:012d}")
+        if sizes is not None:  # first: a reader that sees the counts finds the sizes too
+            data = json.dumps({str(k): list(v) for k, v in sorted(sizes.items())}).encode()
+            write_atomically(fs, posixpath.join(folder, f"{task}.bytes"), data, racing=True)
         data = json.dumps({str(k): v for k, v in sorted(loads.items())}).encode()
-        write_atomically(fs, path, data, racing=True)
+        write_atomically(fs, posixpath.join(folder, f"{task}.json"), data, racing=True)
 
     def forget_before(self, batch_id: int) -> None:
         """Remove the counts of batches before ``batch_id`` (the control channel, once judged)."""
@@ -51,6 +66,16 @@ class SlotLoads:
                 for slot, items in json.loads(fs.cat_file(path)).items():
                     total[int(slot)] = total.get(int(slot), 0) + int(items)
         return total
+
+    def read_sizes(self, batch_id: int) -> dict[int, tuple[int, int]]:
+        """Every slot's (before, after) state bytes in a batch, from all its tasks."""
+        fs, root = filesystem(self.url)
+        sizes: dict[int, tuple[int, int]] = {}
+        for path in listing(fs, posixpath.join(root, f"{batch_id:012d}")):
+            if path.endswith(".bytes"):
+                for slot, (before, after) in json.loads(fs.cat_file(path)).items():
+                    sizes[int(slot)] = (int(before), int(after))
+        return sizes
 
 
 def slot_bytes(state_url: str) -> dict[int, int]:

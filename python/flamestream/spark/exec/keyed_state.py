@@ -112,6 +112,9 @@ class SlotSnapshots(StateIO):
         self.loads = SlotLoads(state_url)
         self.checkpoint = checkpoint
         self.partitions = partitions
+        #: (partition, batch) -> slot -> bytes of the snapshot restored (the budget policy's
+        #: growth per item is the saved size minus this)
+        self.restored: dict[tuple[int, int], dict[int, int]] = {}
 
     def layout(self, batch_id: int) -> Layout:
         """The batch's layout, from the control channel's line of the offset log."""
@@ -121,18 +124,22 @@ class SlotSnapshots(StateIO):
         """The merged state of the slots the batch's layout gives this partition."""
         g = self.grouping
         states = []
+        for task in [t for t in self.restored if t[1] < batch_id]:  # a failed task's
+            del self.restored[task]
+        sizes = self.restored[(partition, batch_id)] = {}
         for slot in self.layout(batch_id).slots_of(partition):
             state = self.fresh()
             snapshot = self.slot_store.load(slot, batch_id)
             if snapshot is not None:
                 state.restore(snapshot)
+            sizes[slot] = len(snapshot or b"")
             states.append(state)
         return GroupingState.merge(g.step_id, g.window, g.key, states)
 
     def save(
         self, partition: int, batch_id: int, state: GroupingState, keys: list[pa.Array]
     ) -> None:
-        """One snapshot per slot of this partition, and how many items each slot got."""
+        """One snapshot per slot of this partition; each slot's items and state bytes."""
         g = self.grouping
         layout = self.layout(batch_id)
         mine = layout.slots_of(partition)
@@ -141,15 +148,19 @@ class SlotSnapshots(StateIO):
         if strays:  # a key this partition does not hold under the layout: a routing bug
             msg = f"grouping {g.step_id!r}: partition {partition} holds keys of slots {strays}"
             raise InvariantError(msg)
+        before = self.restored.pop((partition, batch_id), {})
+        sizes: dict[int, tuple[int, int]] = {}
         for slot in mine:
-            self.slot_store.save(slot, batch_id, parts[slot].snapshot())
+            snapshot = parts[slot].snapshot()
+            self.slot_store.save(slot, batch_id, snapshot)
+            sizes[slot] = (before.get(slot, 0), len(snapshot))
         loads: dict[int, int] = {}
         for column in keys:
             for key in column.to_pylist():
                 if key is not None and not is_salt(key):
                     slot = slot_of(key, layout.slots)
                     loads[slot] = loads.get(slot, 0) + 1
-        self.loads.write(batch_id, f"{g.step_id}-{partition:05d}", loads)
+        self.loads.write(batch_id, f"{g.step_id}-{partition:05d}", loads, sizes)
 
 
 def state_io(

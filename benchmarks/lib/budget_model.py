@@ -1,0 +1,232 @@
+"""A simulated keyed pipeline for the budget policy: bursts, a hot key range, state per slot.
+
+Rows arrive at ``rate`` rows/s, ``burst_factor`` x that during the burst. During the hot
+window ``hot_share`` of the rows fall on ``hot_slots`` (which share one partition under the
+default layout), the rest spread evenly. Each item adds ``row_bytes`` to its slot's state for
+``window_ticks`` ticks (a session that closes). A tick of ``rows`` takes ``overhead_ms +
+per_row_ms x max(hottest partition's rows, rows / min(active, cores))`` plus the moved
+state's transfer: the partitions run on ``cores`` in parallel, the hottest one last.
+
+A run drives either fixed settings (read limit x active partitions) or the policy, tick by
+tick, and reports per-record latency (available to released: the end of the tick that read
+it), throughput, and the peak state of any partition during a tick (before expiry). Pure
+Python, deterministic: the tests use it to check the policy's promises, the benchmark to
+compare the policy with a sweep of fixed settings.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from flamestream.spark.control.policy import Budgets, Measurement, Plan, Setting, plan
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The input and the cost of the simulated pipeline."""
+
+    seconds: float = 60.0
+    rate: float = 2000.0
+    burst: tuple[float, float] = (20.0, 30.0)
+    burst_factor: float = 10.0
+    hot: tuple[float, float] = (15.0, 40.0)
+    hot_slots: tuple[int, ...] = (0, 4, 8, 12)
+    hot_share: float = 0.8
+    row_bytes: int = 200
+    window_ticks: int = 4
+    overhead_ms: float = 300.0
+    per_row_ms: float = 0.05
+    move_ms_per_mb: float = 20.0
+    cores: int = 2
+    idle_ms: float = 100.0
+
+    def rate_at(self, t: float) -> float:
+        """Rows per second arriving at ``t``."""
+        if t >= self.seconds:
+            return 0.0
+        low, high = self.burst
+        return self.rate * (self.burst_factor if low <= t < high else 1.0)
+
+    def slot_items(self, t: float, rows: int, slots: int) -> list[int]:
+        """How ``rows`` read at ``t`` fall on the slots (largest remainder, deterministic)."""
+        low, high = self.hot
+        hot = [s for s in self.hot_slots if s < slots] if low <= t < high else []
+        share = [(1 - self.hot_share) / slots if hot else 1 / slots] * slots
+        for s in hot:
+            share[s] += self.hot_share / len(hot)
+        exact = [rows * w for w in share]
+        items = [int(x) for x in exact]
+        order = sorted(range(slots), key=lambda s: (items[s] - exact[s], s))
+        for s in order[: rows - sum(items)]:
+            items[s] += 1
+        return items
+
+
+@dataclass
+class Run:
+    """What a simulated run measured."""
+
+    latencies: list[tuple[float, int]] = field(default_factory=list)  # (seconds, rows)
+    ticks: list[dict[str, Any]] = field(default_factory=list)
+    peak_partition_bytes: int = 0
+    rows: int = 0
+    end: float = 0.0
+
+    def percentile(self, q: float) -> float:
+        """The ``q``-th percentile of the per-record latency (seconds)."""
+        total = sum(n for _, n in self.latencies)
+        if not total:
+            return 0.0
+        seen = 0
+        for latency, n in sorted(self.latencies):
+            seen += n
+            if seen >= q / 100 * total:
+                return latency
+        return sorted(self.latencies)[-1][0]
+
+    def summary(self, budget: int | None) -> dict[str, Any]:
+        """p50/p99 latency, throughput, peak state per partition, whether the budget held."""
+        return {
+            "p50_ms": round(self.percentile(50) * 1000, 1),
+            "p99_ms": round(self.percentile(99) * 1000, 1),
+            "rows_per_second": round(self.rows / self.end, 1) if self.end else 0.0,
+            "seconds": round(self.end, 3),
+            "ticks": len(self.ticks),
+            "peak_state_bytes_per_partition": self.peak_partition_bytes,
+            "budget_held": budget is None or self.peak_partition_bytes <= budget,
+        }
+
+
+#: A run that has not drained after this many ticks is stuck (a bug, not a result).
+MAX_TICKS = 20000
+
+
+#: (setting, measurements, rows in flight) -> the next plan
+Decider = Callable[[Setting, list[Measurement], int], Plan]
+
+
+def controller(budgets: Budgets) -> Decider:
+    """The policy as the simulation's decider."""
+    return lambda setting, history, in_flight: plan(budgets, setting, history, in_flight)
+
+
+def fixed() -> Decider:
+    """A fixed setting: never changes."""
+    return lambda setting, history, in_flight: Plan(setting)
+
+
+class _Arrivals:
+    """Rows available so far, in 10 ms chunks, first in first out."""
+
+    STEP = 0.01
+
+    def __init__(self, workload: Workload) -> None:
+        self.workload = workload
+        self.queue: deque[list[float]] = deque()  # [arrival second, rows]
+        self.until = 0.0
+        self.carry = 0.0
+
+    def advance(self, now: float) -> None:
+        while self.until + self.STEP <= now + 1e-9:
+            self.carry += self.workload.rate_at(self.until) * self.STEP
+            whole = int(self.carry)
+            self.carry -= whole
+            self.until += self.STEP
+            if whole:
+                self.queue.append([self.until, whole])
+
+    def backlog(self) -> int:
+        return int(sum(n for _, n in self.queue))
+
+    def take(self, rows: int) -> list[tuple[float, int]]:
+        taken: list[tuple[float, int]] = []
+        while rows and self.queue:
+            arrived, n = self.queue[0]
+            k = int(min(n, rows))
+            taken.append((arrived, k))
+            rows -= k
+            if k == n:
+                self.queue.popleft()
+            else:
+                self.queue[0][1] = n - k
+        return taken
+
+
+def simulate(
+    workload: Workload, budgets: Budgets, start: Setting, decider: Decider, *, lag: bool = False
+) -> Run:
+    """Run ``workload`` tick by tick with ``decider`` choosing each tick's setting.
+
+    ``lag``: a decided read limit applies one tick later (as on Spark, where the fronts may
+    plan a batch before the control channel decides); moves apply at once.
+    """
+    slots = budgets.slots
+    arrivals = _Arrivals(workload)
+    history: list[tuple[int, ...]] = []  # items per slot, newest last (state's window)
+    setting, measured, run, now = start, list[Measurement](), Run(), 0.0
+    moved_bytes, reading = 0, start.limit  # the limit the next tick reads with
+    while now < workload.seconds or arrivals.queue:
+        arrivals.advance(now)
+        backlog = arrivals.backlog()
+        rows = min(reading if lag else setting.limit, backlog)
+        if backlog == 0:  # nothing to read: wait (a limit of 0 still runs a tick: time moves)
+            now += workload.idle_ms / 1000
+            continue
+        if len(run.ticks) >= MAX_TICKS:
+            msg = f"simulation: no end after {MAX_TICKS} ticks ({backlog} rows left)"
+            raise RuntimeError(msg)
+        items = workload.slot_items(now, rows, slots)
+        before = [workload.row_bytes * sum(h[s] for h in history) for s in range(slots)]
+        partitions = [0] * budgets.partitions
+        peak = [0] * budgets.partitions
+        for s in range(slots):
+            partitions[setting.assignment[s]] += items[s]
+            peak[setting.assignment[s]] += before[s] + workload.row_bytes * items[s]
+        run.peak_partition_bytes = max(run.peak_partition_bytes, *peak)
+        spread = rows / max(1, min(setting.active, workload.cores))
+        duration = workload.overhead_ms + workload.per_row_ms * max(max(partitions), spread)
+        duration += workload.move_ms_per_mb * moved_bytes / 1e6
+        now += duration / 1000
+        run.latencies += [(now - arrived, n) for arrived, n in arrivals.take(rows)]
+        run.rows += rows
+        history = [*history, tuple(items)][-workload.window_ticks :]
+        after = [workload.row_bytes * sum(h[s] for h in history) for s in range(slots)]
+        growth = tuple(a - b for a, b in zip(after, before, strict=True))
+        measured.append(
+            Measurement(
+                rows,
+                duration,
+                tuple(items),
+                tuple(after),
+                growth,
+                arrivals.backlog(),
+                workload.cores,
+            )
+        )
+        # with lag, the next tick reads with the limit decided before this one
+        reading = setting.limit
+        decided = decider(setting, measured[-8:], reading if lag else 0)
+        run.ticks.append(_tick(now, rows, duration, setting, decided, peak))
+        moved_bytes = sum(m.bytes for m in decided.moves)
+        setting = decided.setting
+    run.end = now
+    return run
+
+
+def _tick(
+    now: float, rows: int, duration: float, setting: Setting, decided: Plan, peak: list[int]
+) -> dict[str, Any]:
+    return {
+        "end_s": round(now, 3),
+        "rows": rows,
+        "duration_ms": round(duration, 1),
+        "limit": setting.limit,
+        "active": setting.active,
+        "peak_partition_bytes": max(peak),
+        "moves": len(decided.moves),
+        "next_limit": decided.setting.limit,
+        "reasons": list(decided.reasons),
+    }

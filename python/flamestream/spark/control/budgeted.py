@@ -1,0 +1,280 @@
+"""The budget policy wired into a running query: one owner decides, the fronts follow.
+
+With ``SparkGraph(budgets=BudgetPolicy(...))`` the control channel's reader (the driver's
+source process, :class:`~flamestream.spark.control.channels.ControlReader`) runs
+:func:`flamestream.spark.control.policy.plan` at every planning after a committed batch:
+
+1. it measures that batch: the rows the fronts read (each front records them in its own end
+   offset), its duration (the offset log's and commit log's times), the items and state
+   bytes per slot (written by the keyed tasks, :class:`~flamestream.spark.durable.slots.
+   SlotLoads`), and the cores;
+2. the policy decides the read limit, the active partitions and the slot moves together;
+3. the layout (active partitions and moves) goes into the control channel's end offset, as
+   the elastic layout's does; the read limit is *published* (:class:`LimitBoard`, one file
+   per decision under ``<graph>/control/``);
+4. every front reader (its own process) reads the newest published limit when it plans a
+   batch, and records the limit it used and the rows it took in its end offset.
+
+So a replayed batch reads the offsets it was planned with (same rows, same layout) whatever
+the policy decides later, and the policy never depends on which process planned first: a
+front that plans before the decision uses the previous one (a tick late, never wrong).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import posixpath
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from flamestream.spark.connector.options import OptionReader
+from flamestream.spark.control.policy import Budgets, Measurement, Plan, Setting, plan
+from flamestream.spark.durable import QueryCheckpoint
+from flamestream.spark.durable.files import (
+    filesystem,
+    numbered_paths,
+    remove,
+    write_atomically,
+)
+from flamestream.spark.durable.slots import SlotLoads
+
+log = logging.getLogger("flamestream.controller")
+
+#: The front option naming the checkpoint whose published limits the front reads.
+LIMIT_FROM = "flamestream.budgetFrom"
+
+#: The front option: the limit before any is published (the policy's first).
+INITIAL_LIMIT = "flamestream.budgetInitialRows"
+
+#: The key of the front's end offset that records the published limit it used.
+RECORD = "budget"
+
+#: Decisions kept on the board (the newest is read; the rest are for looking back).
+KEEP = 64
+
+#: Ticks of measurements the policy sees.
+HISTORY = 8
+
+
+@dataclass(frozen=True)
+class BudgetPolicy:
+    """What a user declares (``SparkGraph(budgets=BudgetPolicy(...))``).
+
+    ``target_latency_ms``: a record's time from available to released;
+    ``max_state_bytes_per_partition``: a keyed partition's state never passes it (None: no
+    memory budget); ``min_rows`` / ``max_rows``: read bounds per tick; ``max_moves``: slots
+    moved per tick at most; ``cores``: the cores keyed tasks run on (None: Spark's default
+    parallelism when the query starts).
+    """
+
+    target_latency_ms: float = 5000.0
+    max_state_bytes_per_partition: int | None = None
+    min_rows: int = 100
+    max_rows: int | None = None
+    max_moves: int = 4
+    cores: int | None = None
+
+    def options(self, cores: int) -> dict[str, str]:
+        """As control channel options."""
+        found = {
+            "budget": "on",
+            "targetLatencyMs": str(self.target_latency_ms),
+            "minRecordsPerTrigger": str(self.min_rows),
+            "maxMoves": str(self.max_moves),
+            "cores": str(self.cores or cores),
+        }
+        if self.max_state_bytes_per_partition is not None:
+            found["maxStateBytesPerPartition"] = str(self.max_state_bytes_per_partition)
+        if self.max_rows is not None:
+            found["maxRecordsPerTrigger"] = str(self.max_rows)
+        return found
+
+    def initial_limit(self) -> int:
+        """The read limit before the first decision (the policy's first)."""
+        return Setting.initial(self.budgets(1), 1).limit
+
+    def budgets(self, partitions: int) -> Budgets:
+        """The policy's budgets for a stage of ``partitions`` (its maximum parallelism)."""
+        return Budgets(
+            target_latency_ms=self.target_latency_ms,
+            partitions=partitions,
+            max_state_bytes_per_partition=self.max_state_bytes_per_partition,
+            min_rows=self.min_rows,
+            max_rows=self.max_rows,
+            max_moves=self.max_moves,
+        )
+
+    @classmethod
+    def parse(cls, options: OptionReader) -> BudgetPolicy | None:
+        """The control channel's budget options (None without ``budget=on``)."""
+        if options.choice("budget", ["off", "on"], "off") != "on":
+            return None
+        return cls(
+            target_latency_ms=options.number("targetLatencyMs", 5000.0, minimum=1.0),
+            max_state_bytes_per_partition=options.optional_integer(
+                "maxStateBytesPerPartition", minimum=1
+            ),
+            min_rows=options.integer("minRecordsPerTrigger", 100, minimum=1),
+            max_rows=options.optional_integer("maxRecordsPerTrigger", minimum=1),
+            max_moves=options.integer("maxMoves", 4, minimum=1),
+            cores=options.integer("cores", 1, minimum=1),
+        )
+
+
+class LimitBoard:
+    """Published read limits (``<graph>/control/<batch>.json``: decided after that batch)."""
+
+    def __init__(self, graph_url: str) -> None:
+        self.url = graph_url.rstrip("/") + "/control"
+
+    def publish(self, after: int, entry: Mapping[str, Any]) -> None:
+        """The decision made after batch ``after`` (a re-decision overwrites it)."""
+        fs, root = filesystem(self.url)
+        path = posixpath.join(root, f"{after + 1:012d}.json")
+        write_atomically(fs, path, json.dumps(dict(entry)).encode(), racing=True)
+        old = sorted(numbered_paths(fs, root, ".json"))[:-KEEP]
+        remove(fs, [p for _, p in old])
+
+    def entries(self) -> list[dict[str, Any]]:
+        """Every kept decision, oldest first."""
+        fs, root = filesystem(self.url)
+        try:
+            found = sorted(numbered_paths(fs, root, ".json"))
+        except FileNotFoundError:
+            return []
+        return [json.loads(fs.cat_file(path)) for _, path in found]
+
+    def latest(self) -> dict[str, Any] | None:
+        """The newest decision, if any."""
+        fs, root = filesystem(self.url)
+        try:
+            found = sorted(numbered_paths(fs, root, ".json"))
+        except FileNotFoundError:
+            return None
+        if not found:
+            return None
+        entry: dict[str, Any] = json.loads(fs.cat_file(found[-1][1]))
+        return entry
+
+
+def front_record(limit: int, rows: int, published: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What a front's end offset keeps: the limit it read with, its rows, whose decision."""
+    return {
+        "limit": limit,
+        "rows": rows,
+        "after": int(published["after"]) if published else -1,
+    }
+
+
+def measure(checkpoint: QueryCheckpoint, batch: int, cores: int, slots: int) -> Measurement | None:
+    """Batch ``batch`` as the policy sees it (None if no keyed task wrote its loads)."""
+    store = SlotLoads(checkpoint.graph_url)
+    loads = store.read(batch)
+    if loads is None:
+        return None
+    sizes = store.read_sizes(batch)
+    rows = sum(
+        int(offset[RECORD]["rows"])
+        for offset in checkpoint.offsets_where(batch, lambda o: RECORD in o)
+    )
+    return Measurement(
+        rows=rows,
+        duration_ms=batch_duration_ms(checkpoint, batch),
+        slot_items=tuple(loads.get(s, 0) for s in range(slots)),
+        slot_bytes=tuple(sizes.get(s, (0, 0))[1] for s in range(slots)),
+        slot_growth=tuple(sizes.get(s, (0, 0))[1] - sizes.get(s, (0, 0))[0] for s in range(slots)),
+        cores=cores,
+    )
+
+
+def batch_duration_ms(checkpoint: QueryCheckpoint, batch: int) -> float:
+    """From the batch's offset log entry written (planned) to its commit log entry (done)."""
+    fs, root = filesystem(checkpoint.url)
+    try:
+        planned = fs.modified(posixpath.join(root, "offsets", str(batch)))
+        done = fs.modified(posixpath.join(root, "commits", str(batch)))
+    except (FileNotFoundError, NotImplementedError):
+        return 0.0
+    return max(0.0, float((done - planned).total_seconds()) * 1000)
+
+
+@dataclass
+class BudgetController:
+    """The policy's state in the control channel's process (resumed from the board)."""
+
+    policy: BudgetPolicy
+    partitions: int
+    setting: Setting | None = None
+    history: tuple[Measurement, ...] = ()
+
+    def decide(
+        self,
+        checkpoint: QueryCheckpoint,
+        batch: int,
+        assignment: Sequence[int],
+        active: int | None = None,
+    ) -> Plan | None:
+        """After committed ``batch``: the next setting (None if the batch says nothing)."""
+        measured = measure(checkpoint, batch, self.policy.cores or 1, len(assignment))
+        if measured is None:
+            return None
+        budgets = self.policy.budgets(self.partitions)
+        setting = self._resume(checkpoint, budgets, assignment, active)
+        self.history = (*self.history, measured)[-HISTORY:]
+        # the front may plan the next batch before this decision, with the previous limit:
+        # those rows are in flight (the layout, in this channel's offset, applies at once)
+        decided = plan(budgets, setting, self.history, in_flight=setting.limit)
+        if decided.setting.limit == 0:
+            log.warning(
+                "budget policy after batch %d: read limit 0, the state fills the budget "
+                "(%s); reading waits until it shrinks",
+                batch,
+                "; ".join(decided.reasons),
+            )
+        self.setting = decided.setting
+        LimitBoard(checkpoint.graph_url).publish(
+            batch,
+            {
+                "after": batch,
+                "limit": decided.setting.limit,
+                "active": decided.setting.active,
+                "growthPerItem": decided.setting.growth_per_item,
+                "moves": len(decided.moves),
+                "rows": measured.rows,
+                "durationMs": round(measured.duration_ms, 1),
+                "peakPartitionBytes": peak_partition_bytes(measured, assignment),
+                "reasons": list(decided.reasons),
+            },
+        )
+        return decided
+
+    def _resume(
+        self,
+        checkpoint: QueryCheckpoint,
+        budgets: Budgets,
+        assignment: Sequence[int],
+        active: int | None,
+    ) -> Setting:
+        """The current setting: in memory, else from the board (a restarted process)."""
+        current = self.setting or Setting.initial(budgets, self.policy.cores or 1)
+        if self.setting is None:
+            last = LimitBoard(checkpoint.graph_url).latest()
+            if last is not None:
+                growth = last.get("growthPerItem")
+                current = replace(
+                    current,
+                    limit=int(last["limit"]),
+                    growth_per_item=None if growth is None else float(growth),
+                )
+        used = max(assignment) + 1  # a layout never uses a partition beyond the active ones
+        return replace(current, assignment=tuple(assignment), active=max(active or used, used))
+
+
+def peak_partition_bytes(measured: Measurement, assignment: Sequence[int]) -> int:
+    """The fullest partition's state after the batch, under the layout it ran with."""
+    out: dict[int, int] = {}
+    for slot, size in enumerate(measured.slot_bytes):
+        out[assignment[slot]] = out.get(assignment[slot], 0) + size
+    return max(out.values(), default=0)

@@ -1,0 +1,161 @@
+"""The budget policy: memory budget held, deterministic, admission's latency rule otherwise.
+
+Driven through the simulated keyed pipeline of ``benchmarks.lib.budget_model`` (bursts, a hot
+key range, state per slot that grows per item and expires), and directly on random histories.
+"""
+
+from __future__ import annotations
+
+from benchmarks.lib.budget_model import Workload, controller, fixed, simulate
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flamestream.spark.control.admission import HISTORY, CostModel, Tick, decide
+from flamestream.spark.control.policy import (
+    Budgets,
+    Measurement,
+    Setting,
+    apply_moves,
+    growth_per_item,
+    plan,
+)
+
+QUICK = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def workloads(draw: st.DrawFn) -> tuple[Workload, Budgets]:
+    """A bursty, skewed workload and budgets the first tick fits in."""
+    partitions = draw(st.sampled_from([2, 4, 8]))
+    slots = 4 * partitions
+    hot = draw(st.lists(st.integers(0, slots - 1), min_size=1, max_size=4, unique=True))
+    burst_at = draw(st.floats(0.0, 8.0))
+    hot_at = draw(st.floats(0.0, 8.0))
+    workload = Workload(
+        seconds=12.0,
+        rate=draw(st.sampled_from([500.0, 2000.0, 5000.0])),
+        burst=(burst_at, burst_at + draw(st.floats(0.5, 4.0))),
+        burst_factor=draw(st.sampled_from([1.0, 10.0, 20.0])),
+        hot=(hot_at, hot_at + draw(st.floats(0.5, 6.0))),
+        hot_slots=tuple(hot),
+        hot_share=draw(st.floats(0.0, 1.0)),
+        row_bytes=draw(st.sampled_from([50, 200, 1000])),
+        window_ticks=draw(st.integers(1, 6)),
+        cores=draw(st.integers(1, 4)),
+    )
+    min_rows = 100
+    budget = draw(st.integers(2 * min_rows * workload.row_bytes, 5_000_000))
+    budgets = Budgets(
+        target_latency_ms=draw(st.sampled_from([500.0, 2000.0, 8000.0])),
+        partitions=partitions,
+        max_state_bytes_per_partition=budget,
+        min_rows=min_rows,
+        max_moves=draw(st.integers(1, 8)),
+    )
+    return workload, budgets
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads(), st.booleans())
+def test_memory_budget_never_exceeded(case: tuple[Workload, Budgets], lag: bool) -> None:
+    """No partition's state passes the budget during any tick, whatever the keys do, also
+    when a decided read limit applies a tick late (``lag``, as the fronts on Spark)."""
+    workload, budgets = case
+    start = Setting.initial(budgets, workload.cores)
+    run = simulate(workload, budgets, start, controller(budgets), lag=lag)
+    budget = budgets.max_state_bytes_per_partition
+    assert budget is not None
+    assert run.peak_partition_bytes <= budget, run.ticks[-5:]
+    assert run.rows == sum(t["rows"] for t in run.ticks) > 0
+
+
+@QUICK
+@given(workloads())
+def test_decisions_bounded_and_deterministic(case: tuple[Workload, Budgets]) -> None:
+    """Two runs decide the same; moves per tick stay within max_moves, slots within active."""
+    workload, budgets = case
+    start = Setting.initial(budgets, workload.cores)
+    first = simulate(workload, budgets, start, controller(budgets))
+    again = simulate(workload, budgets, start, controller(budgets))
+    assert first.ticks == again.ticks
+    assert all(t["moves"] <= budgets.max_moves for t in first.ticks)
+    assert all(1 <= t["active"] <= budgets.partitions for t in first.ticks)
+
+
+histories = st.lists(
+    st.tuples(st.integers(1, 200_000), st.floats(1.0, 60_000.0)), min_size=1, max_size=8
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(histories, st.integers(100, 1_000_000), st.sampled_from([None, 10**15]))
+def test_latency_rule_is_admissions(
+    ticks: list[tuple[int, float]], limit: int, budget: int | None
+) -> None:
+    """Where memory does not bind, the read limit is the admission controller's ``decide``."""
+    budgets = Budgets(target_latency_ms=4000.0, partitions=2, max_state_bytes_per_partition=budget)
+    setting = Setting(limit, 2, tuple(s % 2 for s in range(budgets.slots)), 1.0)
+    slots = budgets.slots
+    history = [
+        Measurement(rows, ms, (rows // slots,) * slots, (10,) * slots, (1,) * slots, 0, 2)
+        for rows, ms in ticks
+    ]
+    model = CostModel.fit([Tick(r, d) for r, d in ticks[-HISTORY:]])
+    wanted = decide(budgets.admission(), model, limit)[0]
+    decided = plan(budgets, setting, history)
+    assert decided.setting.limit == wanted
+    assert plan(budgets, setting, history) == decided  # a pure function of its inputs
+
+
+def test_hot_range_spread_then_capped() -> None:
+    """A hot partition near the budget: its slots move first, admission is cut after."""
+    budgets = Budgets(
+        target_latency_ms=2000.0, partitions=4, max_state_bytes_per_partition=1_000_000
+    )
+    slots = budgets.slots
+    setting = Setting(10_000, 2, tuple(s % 2 for s in range(slots)), 100.0)
+    # partition 0 holds 600 kB in its eight slots and took all the items
+    slot_bytes = tuple(75_000 if s % 2 == 0 else 0 for s in range(slots))
+    items = tuple(1000 if s % 2 == 0 else 0 for s in range(slots))
+    last = Measurement(8000, 900.0, items, slot_bytes, tuple(b // 2 for b in slot_bytes), 0, 2)
+    decided = plan(budgets, setting, [last])
+    assert decided.moves, decided.reasons
+    assert all(m.source == 0 for m in decided.moves)
+    after = apply_moves(setting, decided.moves)
+    assert after.assignment == decided.setting.assignment
+    held = [sum(b for s, b in enumerate(slot_bytes) if after.assignment[s] == p) for p in range(4)]
+    # the worst case (every row into the fullest partition) fits the budget
+    assert max(held) + decided.setting.limit * 100.0 <= 1_000_000
+    assert decided.setting.limit < 10_000
+
+
+def test_no_growth_measured_reads_little() -> None:
+    """Under a memory budget, the first ticks read ``min_rows`` until growth is measured."""
+    budgets = Budgets(partitions=2, max_state_bytes_per_partition=10**6, min_rows=250)
+    assert Setting.initial(budgets, cores=2).limit == 250
+    assert Setting.initial(Budgets(partitions=2), cores=2).limit == 2**31 - 1
+    idle = Measurement(0, 100.0, (0,) * 8, (0,) * 8, (0,) * 8)
+    assert growth_per_item(None, idle) is None
+    grew = Measurement(10, 100.0, (10,) + (0,) * 7, (500,) + (0,) * 7, (500,) + (0,) * 7)
+    assert growth_per_item(7.0, grew) == 50.0
+
+
+def test_controller_beats_fixed_settings_in_budget() -> None:
+    """On the default bursty, skewed workload: the budget held, p99 at most the best fixed
+    setting that also holds it, throughput at least its."""
+    workload = Workload(seconds=40.0, burst=(12.0, 20.0), hot=(8.0, 28.0))
+    budget = 3_000_000
+    budgets = Budgets(target_latency_ms=2000.0, partitions=4, max_state_bytes_per_partition=budget)
+    ours = simulate(workload, budgets, Setting.initial(budgets, 2), controller(budgets))
+    held = []
+    for limit in (1000, 4000, 16000, 2**31 - 1):
+        for n in (1, 2, 4):
+            start = Setting(limit, n, tuple(s % n for s in range(budgets.slots)))
+            run = simulate(workload, budgets, start, fixed())
+            if run.peak_partition_bytes <= budget:
+                held.append(run.summary(budget))
+    mine = ours.summary(budget)
+    assert mine["budget_held"]
+    best = min(held, key=lambda r: r["p99_ms"])
+    assert mine["p99_ms"] <= best["p99_ms"]
+    assert mine["rows_per_second"] >= best["rows_per_second"] * 0.99
