@@ -1,0 +1,232 @@
+"""Function swaps on the reference runtime: the piecewise contract, refusals, errors.
+
+A swap ``(step, fn, at)`` is input: items below ``at`` go through the old function, items at
+or above it through ``fn``. The oracle for the piecewise definition is the same graph whose
+payloads carry their own global time, with a function that picks old or new by it.
+"""
+
+from __future__ import annotations
+
+from itertools import accumulate
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flamestream import Dataflow, GlobalTime, map_reduce
+from flamestream.errors import StepError, SwapError
+from flamestream.runtime import RandomScheduler, ReferenceRuntime
+from flamestream.runtime.swaps import check_swappable, swappable_steps
+from flamestream.testing import Script, run_in_order, run_script
+
+PROPERTY = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def old_map(x: int) -> int:
+    return x + 1
+
+
+def new_map(x: int) -> int:
+    return 10 * x
+
+
+def old_split(x: int) -> list[int]:
+    return [x]
+
+
+def new_split(x: int) -> list[int]:
+    return [x, -x] if x % 2 else []
+
+
+def keep_all(x: int) -> bool:
+    return True
+
+
+def keep_even(x: int) -> bool:
+    return x % 2 == 0
+
+
+def graph(m: Any = old_map, f: Any = old_split, p: Any = keep_all) -> Any:
+    """source -> map m -> flat_map f -> filter p -> grouping(2, mod 3) -> sink."""
+    flow = Dataflow("swapped")
+    up = flow.map("m", flow.source("in"), m)
+    up = flow.flat_map("f", up, f)
+    up = flow.filter("p", up, p)
+    flow.sink("out", flow.grouping("g", up, window=2, key=lambda x: abs(x) % 3))
+    return flow
+
+
+def piecewise(old: Any, new: Any, at: GlobalTime) -> Any:
+    """``old`` below ``at``, ``new`` from it on, for payloads tagged ``(ts, front, x)``."""
+
+    def pick(tagged: tuple[int, int, Any]) -> Any:
+        ts, front, x = tagged
+        return (new if GlobalTime(ts, front) >= at else old)(x)
+
+    return pick
+
+
+def tagged_graph(step: str, old: Any, new: Any, at: GlobalTime) -> Any:
+    """The graph with ``step`` applying old/new by the tagged global time (the oracle)."""
+    flow = Dataflow("oracle")
+    up = flow.map("tag", flow.source("in"), lambda t: t)
+    fns = {"m": old_map, "f": old_split, "p": keep_all}
+
+    def untag(fn: Any, name: str) -> Any:
+        if name == step:
+            return piecewise(old, new, at)
+        return lambda t: fn(t[2])
+
+    # map: (ts, front, x) -> (ts, front, m(x)); flat_map keeps the tag on each child
+    m = untag(fns["m"], "m")
+    up = flow.map("m", up, lambda t: (t[0], t[1], m(t)))
+    f = untag(fns["f"], "f")
+    up = flow.flat_map("f", up, lambda t: [(t[0], t[1], c) for c in f(t)])
+    p = untag(fns["p"], "p")
+    up = flow.filter("p", up, p)
+    up = flow.map("x", up, lambda t: t[2])
+    flow.sink("out", flow.grouping("g", up, window=2, key=lambda x: abs(x) % 3))
+    return flow
+
+
+@st.composite
+def front_inputs(draw: Any) -> dict[int, list[tuple[int, int]]]:
+    inputs = {}
+    for front in range(draw(st.integers(1, 3))):
+        stamps = list(accumulate(draw(st.lists(st.integers(1, 4), max_size=8))))
+        inputs[front] = [(ts, draw(st.integers(-5, 9))) for ts in stamps]
+    return inputs
+
+
+SWAPS = {"m": (old_map, new_map), "f": (old_split, new_split), "p": (keep_all, keep_even)}
+
+
+def timed(result: Any) -> list[tuple[GlobalTime, Any]]:
+    return [(r.global_time, r.payload) for r in result.released()]
+
+
+@PROPERTY
+@given(
+    inputs=front_inputs(),
+    step=st.sampled_from(sorted(SWAPS)),
+    at=st.tuples(st.integers(0, 35), st.integers(0, 3)),
+)
+def test_output_is_the_piecewise_definition(inputs: Any, step: str, at: Any) -> None:
+    old, new = SWAPS[step]
+    at = GlobalTime(*at)
+    swapped = run_in_order(graph(), inputs, swaps=[(step, new, at)])
+    tagged = {f: [(ts, (ts, f, x)) for ts, x in items] for f, items in inputs.items()}
+    oracle = run_in_order(tagged_graph(step, old, new, at), tagged)
+    assert timed(swapped) == timed(oracle)
+
+
+@PROPERTY
+@given(inputs=front_inputs(), step=st.sampled_from(sorted(SWAPS)))
+def test_swap_above_every_input_changes_nothing_below_every_input_is_the_new_graph(
+    inputs: Any, step: str
+) -> None:
+    _, new = SWAPS[step]
+    after = run_in_order(graph(), inputs, swaps=[(step, new, GlobalTime(10**6, 0))])
+    assert timed(after) == timed(run_in_order(graph(), inputs))
+    before = run_in_order(graph(), inputs, swaps=[(step, new, GlobalTime(0, 0))])
+    built = {"m": graph(m=new), "f": graph(f=new), "p": graph(p=new)}[step]
+    assert timed(before) == timed(run_in_order(built, inputs))
+
+
+@PROPERTY
+@given(
+    values=st.lists(st.integers(0, 9), min_size=1, max_size=12),
+    cut=st.integers(0, 12),
+    seed=st.integers(0, 1000),
+)
+def test_swap_mid_run_at_the_frontier_under_any_delivery_order(
+    values: list[int], cut: int, seed: int
+) -> None:
+    """A swap between admissions takes effect after them, whatever is still in flight."""
+    script = Script()
+    for ts, x in enumerate(values[:cut]):
+        script.admit(0, x, ts=ts).deliver(seed % 3)
+    script.swap("m", new_map)
+    for ts, x in enumerate(values[cut:], start=min(cut, len(values))):
+        script.admit(0, x, ts=ts).deliver(seed % 2)
+    result = run_script(graph(), script, scheduler=RandomScheduler(seed))
+    at = GlobalTime(min(cut, len(values)), 0)
+    oracle = run_in_order(graph(), list(values), swaps=[("m", new_map, at)])
+    assert timed(result) == timed(oracle)
+
+
+def test_grouping_state_carries_over_the_swap() -> None:
+    """The grouping after the swapped map still holds what came before: tuples mix both."""
+    flow = Dataflow("carry")
+    up = flow.map("m", flow.source("in"), old_map)
+    flow.sink("out", flow.grouping("g", up, window=2, key=lambda x: 0))
+    runtime = ReferenceRuntime(flow)
+    runtime.admit(0, 1)
+    runtime.admit(0, 2)
+    runtime.run_until_idle()
+    assert runtime.swap("m", new_map) == GlobalTime(2, 0)
+    runtime.admit(0, 3)
+    runtime.close()
+    runtime.run_until_idle()
+    assert [r.payload for r in runtime.released()] == [(2,), (2, 3), (3, 30)]
+
+
+@pytest.mark.parametrize(
+    ("step", "fn", "found"),
+    [
+        ("nope", new_map, "no such step"),
+        ("g", lambda x: 1, "a grouping"),
+        ("in", new_map, "a source"),
+        ("out", new_map, "a sink"),
+        ("m", 42, "int 42"),
+    ],
+)
+def test_refused_swaps_name_the_step_and_change_nothing(step: str, fn: Any, found: str) -> None:
+    runtime = ReferenceRuntime(graph())
+    runtime.admit(0, 1)
+    with pytest.raises(SwapError, match=f"step '{step}'.*{found}") as raised:
+        runtime.swap(step, fn)
+    assert raised.value.step_id == step
+    assert "Hint" in str(raised.value) or found in {"a source", "a sink"}
+    runtime.admit(0, 2)
+    runtime.close()
+    runtime.run_until_idle()
+    assert [r.payload for r in runtime.released()] == [(2,), (3,)]
+
+
+def test_map_reduce_own_steps_are_refused_and_the_map_before_is_swappable() -> None:
+    flow = Dataflow("wc")
+    words = flow.flat_map("split", flow.source("lines"), str.split)
+    flow.sink("out", map_reduce(flow, "count", words, mapper=lambda w: (w, 1), reducer=int.__add__))
+    graph_ = flow.build()
+    assert swappable_steps(graph_) == ["split"]
+    internal = [sid for sid in graph_.steps if sid.startswith("count") and sid != "count"]
+    for sid in internal:
+        kind = graph_.step(sid).kind
+        if kind in {"map", "filter"}:
+            with pytest.raises(SwapError, match="map_reduce's own steps"):
+                check_swappable(graph_, sid)
+
+
+def test_a_raising_swapped_function_names_the_step_the_new_function_and_the_item() -> None:
+    def explode(x: int) -> int:
+        raise ValueError(f"no {x}")
+
+    runtime = ReferenceRuntime(graph())
+    runtime.admit(0, 1)
+    runtime.swap("m", explode)
+    runtime.admit(0, 2)
+    with pytest.raises(StepError, match=r"step 'm': function .*explode raised ValueError") as e:
+        runtime.run_until_idle()
+    assert e.value.global_time == GlobalTime(1, 0)
+    assert str(e.value.determinant) == "front 0 record #1"
+
+
+def test_script_swap_action_at_an_explicit_time() -> None:
+    script = Script().swap("p", keep_even, GlobalTime(2, 0))
+    for ts in range(4):
+        script.admit(0, ts, ts=ts)
+    got = [r.payload for r in run_script(graph(), script).released()]
+    # m: x+1, f: [x], p: keep_all below ts 2 (items 1, 2), keep_even from it (4 kept, 3 not)
+    assert got == [(1,), (2,), (1, 4)]
