@@ -150,9 +150,10 @@ class RecordError(FlameStreamError):
 
 
 class SwapError(FlameStreamError):
-    """A step's function cannot be swapped: no such step, a step whose function is not swappable
-    (a grouping's key, a source), or a new function that is not one (not callable, not
-    picklable). Raised where the swap is asked for; the old function stays in force.
+    """A step's function cannot be swapped; raised where the swap is asked for.
+
+    No such step, a step whose function is not swappable (a grouping's key, a source), or a
+    new function that is not one (not callable, not picklable). The old function stays in force.
     """
 
     def __init__(self, step_id: str, expected: str, found: str, hint: str = "") -> None:

@@ -7,18 +7,31 @@ payloads carry their own global time, with a function that picks old or new by i
 
 from __future__ import annotations
 
+import json
 from itertools import accumulate
+from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flamestream import Dataflow, GlobalTime, map_reduce
 from flamestream.errors import StepError, SwapError
+from flamestream.model import DataItem, Meta
 from flamestream.runtime import RandomScheduler, ReferenceRuntime
 from flamestream.runtime.swaps import check_swappable, swappable_steps
+from flamestream.spark.control.swaps import SWAPS, SwapReader
+from flamestream.spark.durable import QueryCheckpoint
+from flamestream.spark.durable.functions import FunctionStore, pickled
+from flamestream.spark.exec.items import ITEM_SCHEMA, decode_trace, encode_payload
+from flamestream.spark.exec.stateless import StageRunner
+from flamestream.spark.plan.stages import keyed_entries, plan_stages
 from flamestream.testing import Script, run_in_order, run_script
+
+from ..random_graphs import ALPHABET, split_on, suffix, weight_filter
+from .test_stage_runner import by_model, stateless_graph
 
 PROPERTY = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -99,7 +112,7 @@ def front_inputs(draw: Any) -> dict[int, list[tuple[int, int]]]:
     return inputs
 
 
-SWAPS = {"m": (old_map, new_map), "f": (old_split, new_split), "p": (keep_all, keep_even)}
+PAIRS = {"m": (old_map, new_map), "f": (old_split, new_split), "p": (keep_all, keep_even)}
 
 
 def timed(result: Any) -> list[tuple[GlobalTime, Any]]:
@@ -109,11 +122,11 @@ def timed(result: Any) -> list[tuple[GlobalTime, Any]]:
 @PROPERTY
 @given(
     inputs=front_inputs(),
-    step=st.sampled_from(sorted(SWAPS)),
+    step=st.sampled_from(sorted(PAIRS)),
     at=st.tuples(st.integers(0, 35), st.integers(0, 3)),
 )
 def test_output_is_the_piecewise_definition(inputs: Any, step: str, at: Any) -> None:
-    old, new = SWAPS[step]
+    old, new = PAIRS[step]
     at = GlobalTime(*at)
     swapped = run_in_order(graph(), inputs, swaps=[(step, new, at)])
     tagged = {f: [(ts, (ts, f, x)) for ts, x in items] for f, items in inputs.items()}
@@ -122,11 +135,11 @@ def test_output_is_the_piecewise_definition(inputs: Any, step: str, at: Any) -> 
 
 
 @PROPERTY
-@given(inputs=front_inputs(), step=st.sampled_from(sorted(SWAPS)))
+@given(inputs=front_inputs(), step=st.sampled_from(sorted(PAIRS)))
 def test_swap_above_every_input_changes_nothing_below_every_input_is_the_new_graph(
     inputs: Any, step: str
 ) -> None:
-    _, new = SWAPS[step]
+    _, new = PAIRS[step]
     after = run_in_order(graph(), inputs, swaps=[(step, new, GlobalTime(10**6, 0))])
     assert timed(after) == timed(run_in_order(graph(), inputs))
     before = run_in_order(graph(), inputs, swaps=[(step, new, GlobalTime(0, 0))])
@@ -230,3 +243,83 @@ def test_script_swap_action_at_an_explicit_time() -> None:
     got = [r.payload for r in run_script(graph(), script).released()]
     # m: x+1, f: [x], p: keep_all below ts 2 (items 1, 2), keep_even from it (4 kept, 3 not)
     assert got == [(1,), (2,), (1, 4)]
+
+
+# --- the Spark runtime's stage runner with swaps from an offset log (no Spark) -------------
+
+NEW_FUNCTIONS = {
+    "map": suffix("!"),
+    "flat_map": split_on("b"),
+    "filter": weight_filter(2, 1),
+}
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("swap-checkpoint")
+
+
+def log_swaps(checkpoint: Path, batch: int, swaps: list[tuple[str, Any, GlobalTime]]) -> None:
+    """Write batch ``batch``'s offset log line of the control channel, functions stored."""
+    store = FunctionStore(QueryCheckpoint(str(checkpoint)).graph_url)
+    recorded = [
+        {"step": step, "at": list(at), "fn": store.put(pickled(step, fn))} for step, fn, at in swaps
+    ]
+    control = {"flamestreamLayout": 1, "partitions": 1, "assignment": [0], SWAPS: recorded}
+    (checkpoint / "offsets").mkdir(exist_ok=True)
+    (checkpoint / "offsets" / str(batch)).write_text(f"v1\n{{}}\n{json.dumps(control)}\n")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10_000),
+    texts=st.lists(st.lists(st.sampled_from(ALPHABET), max_size=3).map(" ".join), max_size=8),
+    at=st.integers(0, 8),
+    pick=st.integers(0, 100),
+)
+def test_stage_runner_runs_each_item_with_the_version_its_time_picks(
+    checkpoint: Path, seed: int, texts: list[str], at: int, pick: int
+) -> None:
+    """Random stateless graphs, one step swapped at a random time: a batch mixing items below
+    and above it gives what the model gives with the same swap (StageRunner vs reference)."""
+    graph = stateless_graph(seed).build()
+    candidates = swappable_steps(graph)
+    if not candidates:
+        return
+    step = candidates[pick % len(candidates)]
+    fn = NEW_FUNCTIONS[graph.step(step).kind]
+    batch = seed  # one offset log entry per example
+    log_swaps(checkpoint, batch, [(step, fn, GlobalTime(at, 0))])
+    items = [DataItem(t, Meta(GlobalTime(ts, 0), ())) for ts, t in enumerate(texts)]
+    stages = plan_stages(graph)
+    (stage,) = stages
+    runner = StageRunner(graph, stage, keyed_entries(graph, stages))
+    runner._versions = SwapReader(str(checkpoint)).versions(batch, runner.steps)
+    rows = [
+        {
+            "ts": ts,
+            "front": 0,
+            "trace": b"",
+            "flags": 0,
+            "source": "in",
+            "position": ts,
+            "to": graph.consumer("lines"),
+            "key": None,
+            "payload": encode_payload(t),
+            "value": None,
+        }
+        for ts, t in enumerate(texts)
+    ]
+    made = runner._run(pa.RecordBatch.from_pylist(rows, schema=ITEM_SCHEMA), None).to_pylist()
+    got = sorted(
+        (
+            (r["to"], r["ts"], r["front"], decode_trace(r["trace"]), r["value"], r["flags"])
+            for r in made
+        ),
+        key=repr,
+    )
+    runtime_graph = ReferenceRuntime(graph)
+    runtime_graph.swap(step, fn, GlobalTime(at, 0))
+    versions = runtime_graph._versions[step]
+    want = by_model(graph, items, swapped={step: versions})
+    assert got == want

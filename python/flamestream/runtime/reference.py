@@ -262,7 +262,9 @@ class ReferenceRuntime:
     def _open_states(self) -> list[_Front]:
         return [state for state in self._fronts.values() if not state.closed]
 
-    def swap(self, step_id: str, fn: Callable[[Any], Any], at: GlobalTime | None = None) -> GlobalTime:
+    def swap(
+        self, step_id: str, fn: Callable[[Any], Any], at: GlobalTime | None = None
+    ) -> GlobalTime:
         """Give step ``step_id`` the function ``fn`` for items of global time ``at`` and above.
 
         Items below ``at`` keep going through the function in force before (all versions of an
@@ -283,8 +285,7 @@ class ReferenceRuntime:
         versions = self._versions.get(step_id) or Versions(self.graph.step(step_id))
         versions = self._versions[step_id] = versions.then(at, new)
         targets = [self.graph.consumer(step_id, p) for p in range(new.outputs)]
-        handlers = [stateless_handler(step, targets, self._call) for step in versions.all()]
-        self._handlers[step_id] = lambda item: handlers[versions.index_at(item.global_time)](item)
+        self._handlers[step_id] = versioned_handler(versions, targets, self._call)
         return at
 
     def frontier(self) -> GlobalTime:
@@ -592,6 +593,18 @@ def stateless_handler(
         return flat_map
     msg = f"step {step.step_id!r}: {step.kind} is not a stateless step"
     raise FlameStreamError(msg)
+
+
+def versioned_handler(
+    versions: Versions, targets: Sequence[str], call: Callable[..., Any]
+) -> Handler:
+    """A swapped stateless step: each item handled by the version its global time picks."""
+    handlers = [stateless_handler(step, targets, call) for step in versions.all()]
+
+    def versioned(item: DataItem) -> list[tuple[str, DataItem]]:
+        return handlers[versions.index_at(item.global_time)](item)
+
+    return versioned
 
 
 def _pass(item: DataItem, payload: Any) -> DataItem:

@@ -31,6 +31,9 @@ from flamestream.model import GlobalTime
 #: Per swappable kind, the field holding its user function.
 SWAPPABLE_FIELDS: dict[type[Step], str] = {Map: "fn", FlatMap: "fn", Filter: "predicate"}
 
+#: The module of ``Template``: a map holding one is rendered in Arrow, not swappable.
+_TEMPLATE_MODULE = "flamestream.graph.template"
+
 #: The module of map_reduce's building blocks: steps holding them are not swappable.
 _MAP_REDUCE_MODULE = "flamestream.graph.mapreduce"
 
@@ -63,6 +66,14 @@ def check_swappable(graph: LogicalGraph, step_id: str) -> Step:
     fn = function_of(step)
     if fn is None:
         raise SwapError(step_id, "a map, flat_map or filter", f"a {step.kind}", "")
+    if _is_template(fn):
+        raise SwapError(
+            step_id,
+            "a map, flat_map or filter whose function the runtime did not compile",
+            "a Template, which the Spark runtime renders in Arrow from the query's start",
+            "to swap it later, give the graph a function calling the template "
+            "(lambda r: template(r)) instead",
+        )
     if _is_map_reduce_part(fn):
         raise SwapError(
             step_id,
@@ -84,6 +95,11 @@ def swapped(graph: LogicalGraph, step_id: str, fn: Any) -> Step:
             f"{type(fn).__name__} {fn!r}",
             "pass a function, a lambda or an object with __call__",
         )
+    return with_function(step, fn)
+
+
+def with_function(step: Step, fn: Any) -> Step:
+    """``step`` (a map, flat_map or filter) holding ``fn`` instead of its function."""
     return dataclasses.replace(step, **{SWAPPABLE_FIELDS[type(step)]: fn})
 
 
@@ -92,9 +108,13 @@ def swappable_steps(graph: LogicalGraph) -> list[str]:
     out = []
     for sid, step in graph.steps.items():
         fn = function_of(step)
-        if fn is not None and not _is_map_reduce_part(fn):
+        if fn is not None and not _is_map_reduce_part(fn) and not _is_template(fn):
             out.append(sid)
     return out
+
+
+def _is_template(fn: Any) -> bool:
+    return type(fn).__module__ == _TEMPLATE_MODULE
 
 
 def _is_map_reduce_part(fn: Any) -> bool:
@@ -145,4 +165,5 @@ __all__ = [
     "function_of",
     "swappable_steps",
     "swapped",
+    "with_function",
 ]

@@ -35,7 +35,9 @@ from flamestream.graph.logical import LogicalGraph
 from flamestream.launcher import RECOMMENDED_CONF
 from flamestream.spark.control.handle import QueryControl
 from flamestream.spark.control.key_layout import ElasticPolicy
+from flamestream.spark.control.swaps import SwapReader
 from flamestream.spark.durable import QueryCheckpoint, filesystem, write_atomically
+from flamestream.spark.durable.functions import record_steps
 from flamestream.spark.exec.front_stage import RECORDS, FrontStage
 from flamestream.spark.exec.items import (
     BYTES_TAG,
@@ -77,7 +79,10 @@ class SparkGraph:
     ``elastic=True`` (streaming, with a checkpoint) lets key ranges move between the keyed
     partitions between micro-batches, when one partition gets much more than its share of the
     items (:mod:`flamestream.spark.control.key_layout`; an ``ElasticPolicy`` sets when); the
-    released output does not change.
+    released output does not change. ``swappable=True`` (streaming, with a checkpoint) lets
+    ``SparkGraph.control(checkpoint).swap(step, fn)`` give a running query's map, flat_map or
+    filter a new function, from a global time the query records (docs/swaps.md). Both add the
+    control channel to the query, so both are fixed for a checkpoint.
     """
 
     def __init__(
@@ -89,11 +94,17 @@ class SparkGraph:
         partitions: int | None = None,
         release: str = "every",
         elastic: bool | ElasticPolicy = False,
+        swappable: bool = False,
     ) -> None:
         graph = flow.build() if isinstance(flow, Dataflow) else flow
+        self.swappable = swappable
         self.elastic = ElasticPolicy() if elastic is True else (elastic or None)
         self.plan = plan_execution(
-            graph, fusion=fusion, release=release, elastic=self.elastic is not None
+            graph,
+            fusion=fusion,
+            release=release,
+            elastic=self.elastic is not None,
+            swappable=swappable,
         )
         self.graph = graph
         self.fusion = fusion
@@ -196,7 +207,8 @@ class SparkGraph:
         self, df: DataFrame | Any, payload: str, checkpoint_location: str | None, *, sink_runs: bool
     ) -> tuple[DataFrame, Any]:
         """Plan and wire one application: the result rows, and the sink's task if it runs one."""
-        rows, in_front = self._front_rows(df, payload)
+        swaps = SwapReader(checkpoint_location) if self.swappable and checkpoint_location else None
+        rows, in_front = self._front_rows(df, payload, swaps)
         plan = self._query_plan(rows, checkpoint_location)
         in_sink = self.plan.in_sink if sink_runs and plan.state_url is not None else None
         if in_front:  # the fronts ran the first stage (or the keying): their rows are items
@@ -241,21 +253,27 @@ class SparkGraph:
             check_layout(
                 state_url, partitions, loops=bool(fed), elastic=elastic, graph=self.graph.name
             )
-        return _QueryPlan(partitions, checkpoint_location, state_url, looping, fed, elastic)
+            record_steps(state_url, self.graph, swappable=self.swappable)
+        swaps = None
+        if self.swappable and state_url is not None:
+            assert checkpoint_location is not None  # noqa: S101
+            swaps = SwapReader(checkpoint_location)
+        return _QueryPlan(partitions, checkpoint_location, state_url, looping, fed, elastic, swaps)
 
     def _channel_rows(
         self, df: DataFrame, plan: _QueryPlan
     ) -> tuple[DataFrame | None, DataFrame | None]:
-        """The control channel's rows (elastic layouts) and the loop channel's (loop sends)."""
+        """The control channel's rows (elastic layouts, swaps) and the loop channel's."""
         control_rows = loop_rows = None
-        if plan.elastic:  # the control channel: no rows, its offset is each batch's key layout
-            assert plan.checkpoint is not None and self.elastic is not None  # noqa: S101
+        if plan.elastic or plan.swaps is not None:
+            # the control channel: no rows, its offset is each batch's key layout and swaps
+            assert plan.checkpoint is not None  # noqa: S101
             control_rows = (
                 df.sparkSession.readStream.format("flamestream")
                 .option("channel", "control")
                 .option("path", plan.checkpoint)
                 .option("partitions", plan.partitions)
-                .options(**self.elastic.options())
+                .options(**(self.elastic or ElasticPolicy()).options())
                 .load()
             )
         if plan.fed and plan.state_url is not None:  # items sent into the loop come back
@@ -267,7 +285,9 @@ class SparkGraph:
             )
         return control_rows, loop_rows
 
-    def _front_rows(self, df: DataFrame | Any, payload: str) -> tuple[DataFrame, bool]:
+    def _front_rows(
+        self, df: DataFrame | Any, payload: str, swaps: SwapReader | None = None
+    ) -> tuple[DataFrame, bool]:
         """The input as a DataFrame; True when fronts' readers ran :attr:`plan.in_front`."""
         readers: list[Any] = list(df) if isinstance(df, list | tuple) else [df]
         if not readers or any(not _is_reader(r) for r in readers):
@@ -285,14 +305,16 @@ class SparkGraph:
             # blocks need the key partitions, and Arrow batches Spark keeps small (else rows)
             bounded = arrow_batches_bounded(session)
             partitions = self._key_partitions(session) if bounded else 0
-            option = self._front_stage(payload, partitions).encode()
+            option = self._front_stage(payload, partitions, swaps).encode()
         loaded = []
         for reader in readers:
             loaded.append(reader.option(STAGE_OPTION, option).load())
             reader.option(STAGE_OPTION, "")  # the caller's reader loads plain fronts again
         return _observed_records(_union(loaded), fused=bool(option)), bool(option)
 
-    def _front_stage(self, payload: str, partitions: int = 0) -> FrontStage:
+    def _front_stage(
+        self, payload: str, partitions: int = 0, swaps: SwapReader | None = None
+    ) -> FrontStage:
         """What the fronts run in their reads: the first stage, or the keying for a grouping.
 
         ``partitions``: the keyed stages' key partitions, for rows that leave in blocks (0:
@@ -300,7 +322,7 @@ class SparkGraph:
         """
         index = self.plan.in_front
         stage = next((s for s in self.stages if s.index == index), self._keying())
-        runner = self._runner(stage, named=False)
+        runner = self._runner(stage, named=False, swaps=swaps)
         packs = self.plan.packed_into() is not None
         blocks = partitions if self.plan.blocked_into() is not None else 0
         return FrontStage(runner, self.graph.consumer(self.source), payload, packs, blocks)
@@ -375,9 +397,11 @@ class SparkGraph:
             F.lit(None).cast("string").alias("value"),
         )
 
-    def _runner(self, stage: Stage, *, named: bool = True) -> Any:
+    def _runner(self, stage: Stage, *, named: bool = True, swaps: SwapReader | None = None) -> Any:
         name = stage.name if stage.steps else "flamestream_key"
-        runner = StageRunner(self.graph, stage, self.keys, self.render, self.plan.precombine)
+        runner = StageRunner(
+            self.graph, stage, self.keys, self.render, self.plan.precombine, swaps=swaps
+        )
         return _named(runner, name) if named else runner
 
 
@@ -391,6 +415,7 @@ class _QueryPlan:
     looping: tuple[Stage, ...]  #: keyed stages whose cycle may change key: they send to the loop
     fed: tuple[Stage, ...]  #: stages the loop channel feeds
     elastic: bool  #: key ranges move between partitions (routes from the control channel)
+    swaps: SwapReader | None = None  #: where runners read their batch's swaps (swappable)
 
 
 class _Wiring:
@@ -469,7 +494,7 @@ class _Wiring:
         flagged = looped or any(self.flagged[u] for u in upstream)
         self.flagged[stage.index] = stage.grouping is not None or flagged
         if stage.grouping is None:
-            runner = self.graph._runner(stage)
+            runner = self.graph._runner(stage, swaps=self.plan.swaps)
             self.outputs[stage.index] = stage_input.mapInArrow(runner, ITEM_DDL)
         else:
             self.outputs[stage.index] = self._keyed(stage, stage_input, flagged)
@@ -515,8 +540,11 @@ class _Wiring:
             latest=graph.release == "latest",
             loop=loop,
             elastic_partitions=key_partitions if route == "route" else None,
+            swaps=plan.swaps,
         )
-        tails = [graph._runner(tail, named=False) for tail in graph.plan.tails(stage)]
+        tails = [
+            graph._runner(tail, named=False, swaps=plan.swaps) for tail in graph.plan.tails(stage)
+        ]
         task = WithTails(keyed, tails) if tails else keyed
         # the key partition rides with every row, computed as the shuffle computes it:
         # the task keeps that partition's state whatever position Spark's plan gives it
@@ -768,6 +796,7 @@ def apply_graph(
     checkpoint_location: str | None = None,
     release: str = "every",
     elastic: bool | ElasticPolicy = False,
+    swappable: bool = False,
 ) -> DataFrame:
     """Compile ``flow`` and apply it to ``df``: see :meth:`SparkGraph.apply`."""
     graph = SparkGraph(
@@ -777,5 +806,6 @@ def apply_graph(
         partitions=partitions,
         release=release,
         elastic=elastic,
+        swappable=swappable,
     )
     return graph.apply(df, payload=payload, checkpoint_location=checkpoint_location)

@@ -96,8 +96,10 @@ class ReleaseHolds:
 
 @dataclass(frozen=True, slots=True)
 class Swap:
-    """Step ``step`` gets function ``fn`` from global time ``at`` on (default: after every
-    item admitted so far, see :meth:`ReferenceRuntime.swap`)."""
+    """Step ``step`` gets function ``fn`` from global time ``at`` on.
+
+    Without ``at``: after every item admitted so far (see :meth:`ReferenceRuntime.swap`).
+    """
 
     step: str
     fn: Callable[[Any], Any]
@@ -141,9 +143,7 @@ class Script:
         self.actions.append(Hold(step, front))
         return self
 
-    def swap(
-        self, step: str, fn: Callable[[Any], Any], at: GlobalTime | None = None
-    ) -> Script:
+    def swap(self, step: str, fn: Callable[[Any], Any], at: GlobalTime | None = None) -> Script:
         """Append a function swap."""
         self.actions.append(Swap(step, fn, at))
         return self

@@ -7,6 +7,7 @@ carries each tick's key layout (:mod:`flamestream.spark.control.key_layout`) in 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,13 +18,17 @@ from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailable
 
 from flamestream.spark.connector.faults import crash_point
 from flamestream.spark.control.key_layout import ElasticPolicy, Layout, plan_layout
+from flamestream.spark.control.swaps import CONSUMED, SWAPS, consume_swap
 from flamestream.spark.durable import (
     QueryCheckpoint,
     batch_id_of_task,
 )
 from flamestream.spark.durable.loop import KEEP_BATCHES, AckTable, LoopStore
+from flamestream.spark.durable.requests import Request, RequestStore
 from flamestream.spark.durable.slots import SlotLoads
 from flamestream.spark.exec.worker_setup import setup_worker
+
+_log = logging.getLogger(__name__)
 
 #: Version of the loop channel's offset.
 LOOP_OFFSET_VERSION = 1
@@ -85,7 +90,13 @@ class LoopReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """The control channel: no rows; its offset is the layout of the batch (see module doc)."""
+    """The control channel: no rows; its offset is the layout of the batch (see module doc).
+
+    It is also where the user's requests (:mod:`flamestream.spark.durable.requests`) become
+    decisions: each planning consumes the requests submitted since the last one it consumed
+    (:meth:`_consume`, one handler per request kind) and records what they decided, and the
+    name of the last one, in its end offset.
+    """
 
     def __init__(
         self, checkpoint: str, partitions: int, policy: ElasticPolicy | None = None
@@ -97,12 +108,43 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, Any]:
         """The default layout."""
-        return _offset(Layout.default(self.key_partitions), 0, "default")
+        return _offset(Layout.default(self.key_partitions), 0, "default", {})
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Nothing to fix: a layout decision is the only thing that moves this offset."""
 
     def latestOffset(self, start: dict[str, Any], limit: Any = None) -> dict[str, Any]:
+        """The requests consumed, then the layout for the next batch (see :meth:`_relayout`)."""
+        return self._relayout(self._consume(start))
+
+    def _consume(self, start: dict[str, Any]) -> dict[str, Any]:
+        """``start`` with the requests submitted since its last consumed one decided.
+
+        One listing of the request store per planning; nothing else when none is new.
+        Requests of a kind this reader has no handler for are consumed and logged.
+        """
+        store = RequestStore(QueryCheckpoint(self.checkpoint).graph_url)
+        requests = store.after(str(start.get(CONSUMED, "")))
+        if not requests:
+            return start
+        handlers = {"swap": self._swap}
+        offset = dict(start)
+        offset[SWAPS] = list(start.get(SWAPS, ()))
+        for request in requests:
+            handler = handlers.get(request.kind)
+            if handler is None:
+                _log.warning("control request %s of unknown kind %r", request.name, request.kind)
+            else:
+                handler(request, offset)
+            offset[CONSUMED] = request.name
+        store.forget_through(offset[CONSUMED])
+        return offset
+
+    def _swap(self, request: Request, offset: dict[str, Any]) -> None:
+        """A ``swap`` request: the swap joins the swaps in force (see :mod:`.swaps`)."""
+        consume_swap(self.checkpoint, request, offset[SWAPS])
+
+    def _relayout(self, start: dict[str, Any]) -> dict[str, Any]:
         """The layout for the next batch: a new one only when the last batch's loads say so."""
         current = Layout(int(start["partitions"]), tuple(start["assignment"]))
         checkpoint = QueryCheckpoint(self.checkpoint)
@@ -118,7 +160,8 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         better, reason = plan_layout(current, loads, self.policy)
         if better is None:
             return start
-        return _offset(better, int(start["decisions"]) + 1, f"after batch {last}: {reason}")
+        reason = f"after batch {last}: {reason}"
+        return _offset(better, int(start["decisions"]) + 1, reason, start)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """Nothing to read."""
@@ -138,11 +181,16 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return state
 
 
-def _offset(layout: Layout, decisions: int, reason: str) -> dict[str, Any]:
+def _offset(
+    layout: Layout, decisions: int, reason: str, requests: dict[str, Any]
+) -> dict[str, Any]:
+    """The control offset: the layout, then what requests decided (carried from ``requests``)."""
     return {
         "flamestreamLayout": 1,
         "partitions": layout.partitions,
         "assignment": list(layout.assignment),
         "decisions": decisions,
         "reason": reason,
+        CONSUMED: str(requests.get(CONSUMED, "")),
+        SWAPS: list(requests.get(SWAPS, ())),
     }

@@ -10,9 +10,11 @@ request submitted while the query is stopped takes effect when it runs again.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from flamestream.spark.durable import QueryCheckpoint
+from flamestream.spark.durable.functions import FunctionStore, check_recorded, pickled
 from flamestream.spark.durable.requests import Request, RequestStore
 
 
@@ -21,7 +23,8 @@ class QueryControl:
 
     def __init__(self, checkpoint_location: str) -> None:
         self.checkpoint = checkpoint_location
-        self.store = RequestStore(QueryCheckpoint(checkpoint_location).graph_url)
+        self.state_url = QueryCheckpoint(checkpoint_location).graph_url
+        self.store = RequestStore(self.state_url)
 
     def submit(self, kind: str, body: dict[str, Any]) -> Request:
         """Write one request for the controller (the typed methods call this)."""
@@ -30,3 +33,25 @@ class QueryControl:
     def requests(self, after: str = "") -> list[Request]:
         """The requests submitted after the one named ``after`` ("" for all kept)."""
         return self.store.after(after)
+
+    def swap(self, step_id: str, fn: Callable[[Any], Any]) -> Request:
+        """Give step ``step_id`` the function ``fn``, from a global time the query chooses.
+
+        Checked here, before anything is submitted (else :class:`~flamestream.errors.SwapError`
+        naming the step, and the old function stays in force): the query started with
+        ``swappable=True``, ``step_id`` is one of its graph's maps, flat_maps or filters (not
+        a grouping, not map_reduce's own steps), and ``fn`` pickles with cloudpickle and loads
+        back as a callable. The pickled function is stored by its SHA-256
+        (:mod:`flamestream.spark.durable.functions`); the request names it. The control
+        channel takes the swap in at its next planning: items of global time below the time
+        it records keep the old function, every item at or above it gets ``fn`` (see
+        :func:`flamestream.spark.control.swaps.effective_time`), on every replay.
+        """
+        check_recorded(self.state_url, step_id)
+        if not callable(fn):
+            from flamestream.errors import SwapError
+
+            raise SwapError(step_id, "a callable", f"{type(fn).__name__} {fn!r}", "pass a function")
+        digest = FunctionStore(self.state_url).put(pickled(step_id, fn))
+        name = getattr(fn, "__qualname__", None) or type(fn).__name__
+        return self.submit("swap", {"step": step_id, "fn": digest, "function": name})
