@@ -8,7 +8,7 @@ payloads carry their own global time, with a function that picks old or new by i
 from __future__ import annotations
 
 import json
-from itertools import accumulate
+from itertools import accumulate, count
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +18,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flamestream import Dataflow, GlobalTime, map_reduce
-from flamestream.errors import StepError, SwapError
+from flamestream.errors import ConfigError, StepError, SwapError
 from flamestream.model import DataItem, Meta
 from flamestream.runtime import RandomScheduler, ReferenceRuntime
 from flamestream.runtime.swaps import check_swappable, swappable_steps
+from flamestream.spark.control.channels import ControlReader
+from flamestream.spark.control.handle import QueryControl
 from flamestream.spark.control.swaps import SWAPS, SwapReader
 from flamestream.spark.durable import QueryCheckpoint
-from flamestream.spark.durable.functions import FunctionStore, pickled
+from flamestream.spark.durable.functions import FunctionStore, pickled, record_steps
 from flamestream.spark.exec.items import ITEM_SCHEMA, decode_trace, encode_payload
 from flamestream.spark.exec.stateless import StageRunner
 from flamestream.spark.plan.stages import keyed_entries, plan_stages
@@ -254,6 +256,10 @@ NEW_FUNCTIONS = {
 }
 
 
+#: Batch ids for the examples below.
+BATCHES = count()
+
+
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("swap-checkpoint")
@@ -288,7 +294,7 @@ def test_stage_runner_runs_each_item_with_the_version_its_time_picks(
         return
     step = candidates[pick % len(candidates)]
     fn = NEW_FUNCTIONS[graph.step(step).kind]
-    batch = seed  # one offset log entry per example
+    batch = next(BATCHES)  # a batch's offsets are written once: one batch per example
     log_swaps(checkpoint, batch, [(step, fn, GlobalTime(at, 0))])
     items = [DataItem(t, Meta(GlobalTime(ts, 0), ())) for ts, t in enumerate(texts)]
     stages = plan_stages(graph)
@@ -323,3 +329,51 @@ def test_stage_runner_runs_each_item_with_the_version_its_time_picks(
     versions = runtime_graph._versions[step]
     want = by_model(graph, items, swapped={step: versions})
     assert got == want
+
+
+# --- the control channel's reader: requests in, swaps recorded in its end offset ------------
+
+FRONT_OFFSET = {
+    "flamestream": 2,
+    "front": "files",
+    "seq": 1,
+    "idBase": 0,
+    "clock": "logical",
+    "base": 0,
+    "horizon": 22,
+    "fronts": [["file:///in/a.txt", 0, 17, 17], ["file:///in/b.txt", 1, 9, 31]],
+    "firstSeen": [],
+}
+
+
+def test_the_control_reader_records_each_swap_at_the_newest_fronts_next_ts(tmp_path: Path):
+    checkpoint = str(tmp_path)
+    state = QueryCheckpoint(checkpoint).graph_url
+    record_steps(state, graph().build(), swappable=True)
+    reader = ControlReader(checkpoint, 1)
+    start = reader.initialOffset()
+    assert reader.latestOffset(start) == start  # nothing asked: nothing changes
+    control = QueryControl(checkpoint)
+    control.swap("m", new_map)  # no batch logged yet: from the very start
+    first = reader.latestOffset(start)
+    assert first[SWAPS][0]["at"] == [0, 0] and first["consumed"]
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "offsets" / "0").write_text(f"v1\n{{}}\n{json.dumps(FRONT_OFFSET)}\n")
+    control.submit("rescale", {"partitions": 3})  # another kind: consumed, left to its owner
+    control.swap("p", keep_even)
+    second = reader.latestOffset(first)
+    assert [s["step"] for s in second[SWAPS]] == ["m", "p"]
+    assert second[SWAPS][1]["at"] == [31, 0]  # the largest next ts of the logged fronts
+    assert second[SWAPS][0] == first[SWAPS][0]  # the swaps in force stay, in order
+    assert reader.latestOffset(second) == second  # consumed once
+    assert FunctionStore(state).load(second[SWAPS][1]["fn"])(4) is True
+
+
+def test_swaps_are_checked_against_the_recorded_graph(tmp_path: Path):
+    state = QueryCheckpoint(str(tmp_path)).graph_url
+    record_steps(state, graph().build(), swappable=False)
+    with pytest.raises(SwapError, match=r"swappable=True"):
+        QueryControl(str(tmp_path)).swap("m", new_map)
+    with pytest.raises(ConfigError, match="swappable"):
+        record_steps(state, graph().build(), swappable=True)  # fixed per checkpoint
+    assert QueryControl(str(tmp_path)).requests() == []

@@ -85,13 +85,28 @@ def consume_swap(checkpoint: str, request: Request, swaps: list[dict[str, Any]])
     return f"swap of {step!r} from {at}"
 
 
+#: The swaps of recent batches read in this process, by (checkpoint, batch) (as layouts are).
+_READ: dict[tuple[str, int], tuple[dict[str, Any], ...]] = {}
+
+
 def _swaps_of(checkpoint: str, batch_id: int) -> tuple[dict[str, Any], ...]:
-    """The swaps in force for ``batch_id``, from the control channel's line of its offsets."""
-    offsets = QueryCheckpoint(checkpoint).source_offsets(batch_id) or []
-    for offset in offsets:
+    """The swaps in force for ``batch_id``, from the control channel's line of its offsets.
+
+    Read once per process and batch: every task of the batch on this worker reuses it.
+    """
+    cached = _READ.get((checkpoint, batch_id))
+    if cached is not None:
+        return cached
+    offsets = QueryCheckpoint(checkpoint).source_offsets(batch_id)
+    swaps: tuple[dict[str, Any], ...] = ()
+    for offset in offsets or []:
         if isinstance(offset, dict) and offset.get("flamestreamLayout") == 1:
-            return tuple(offset.get(SWAPS, ()))
-    return ()
+            swaps = tuple(offset.get(SWAPS, ()))
+    if offsets is not None:  # a batch not logged yet is never cached
+        if len(_READ) > 64:
+            _READ.clear()
+        _READ[(checkpoint, batch_id)] = swaps
+    return swaps
 
 
 class SwapReader:
