@@ -359,7 +359,7 @@ def test_the_control_reader_records_each_swap_at_the_newest_fronts_next_ts(tmp_p
     assert first[SWAPS][0]["at"] == [0, 0] and first["consumed"]
     (tmp_path / "offsets").mkdir()
     (tmp_path / "offsets" / "0").write_text(f"v1\n{{}}\n{json.dumps(FRONT_OFFSET)}\n")
-    control.submit("rescale", {"partitions": 3})  # another kind: consumed, left to its owner
+    control.submit("rescale", {"partitions": 3})  # another kind: its own handler refuses it
     control.swap("p", keep_even)
     second = reader.latestOffset(first)
     assert [s["step"] for s in second[SWAPS]] == ["m", "p"]

@@ -19,7 +19,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -32,13 +31,8 @@ from flamestream.spark.durable import QueryCheckpoint
 from flamestream.spark.durable.functions import FunctionStore, read_steps
 from flamestream.spark.durable.requests import Request
 
-_log = logging.getLogger(__name__)
-
 #: The control offset's key for the swaps in force (a list, oldest first).
 SWAPS = "swaps"
-
-#: The control offset's key for the name of the last request consumed.
-CONSUMED = "consumed"
 
 
 def effective_time(checkpoint: str, swaps: list[dict[str, Any]]) -> GlobalTime:
@@ -66,23 +60,22 @@ def effective_time(checkpoint: str, swaps: list[dict[str, Any]]) -> GlobalTime:
 
 
 def consume_swap(checkpoint: str, request: Request, swaps: list[dict[str, Any]]) -> str:
-    """Append ``request``'s swap to ``swaps`` (the list in force); return what was done.
+    """Append ``request``'s swap to ``swaps`` (the list in force); return the decision in words.
 
     A request the query cannot honour (its step is no longer swappable in the graph that runs
-    now, or its function is missing) is skipped and logged: ``QueryControl.swap`` refused
-    such requests already, so this is a graph changed between submission and planning.
+    now, or its function is missing) is refused (recorded in the offset and logged by the
+    reader): ``QueryControl.swap`` refused such requests already, so this is a graph changed
+    between submission and planning.
     """
     state_url = QueryCheckpoint(checkpoint).graph_url
     step, digest = str(request.body.get("step")), str(request.body.get("fn"))
     record = read_steps(state_url) or {}
     known = record.get("steps", {}).get(step)
     if known is None or known.get("refused") or not FunctionStore(state_url).has(digest):
-        _log.warning("swap request %s for step %r skipped: not swappable now", request.name, step)
-        return f"swap {request.name} of {step!r} skipped"
+        return f"refused: step {step!r} is not swappable in the graph now running"
     at = effective_time(checkpoint, swaps)
     swaps.append({"step": step, "at": [at.ts, at.front], "fn": digest})
-    _log.info("swap of step %r to function %s from global time %s", step, digest[:12], at)
-    return f"swap of {step!r} from {at}"
+    return f"step {step!r} gets function {digest[:12]} from global time {tuple(at)}"
 
 
 #: The swaps of recent batches read in this process, by (checkpoint, batch) (as layouts are).
@@ -146,4 +139,4 @@ class SwapReader:
         return state
 
 
-__all__ = ["CONSUMED", "SWAPS", "SwapReader", "consume_swap", "effective_time"]
+__all__ = ["SWAPS", "SwapReader", "consume_swap", "effective_time"]
