@@ -18,14 +18,11 @@ from pyspark.sql import SparkSession
 from flamestream import GlobalTime
 from flamestream.errors import SwapError
 from flamestream.spark import SparkGraph
-from flamestream.spark.durable import QueryCheckpoint
 from flamestream.testing import run_in_order
 
-from ..crash import reachable_in_turn, released_so_far_is, run_chain, run_unbroken
+from ..crash import run_unbroken
 from . import swap_job
 from .conftest import released, write_lines
-
-JOB = "tests.spark.swap_job"
 
 FIRST = ["the cat sat", "the dog", "a cat and a dog", "the end", "cat nap", "big dog"]
 LATER = ["the bird sings", "a bird and a cat", "dog days", "the cat", "end"]
@@ -166,24 +163,3 @@ def _raising() -> Any:
         return line.split()
 
     return explode
-
-
-def test_killed_around_the_swap_batch_recovers_to_the_unbroken_output(
-    spark: SparkSession, unbroken: Path, tmp_path: Path
-):
-    """Killed planning the swap batch, in its keyed stage, and releasing the batch after."""
-    first_run(spark, tmp_path)
-    SparkGraph.control(str(tmp_path / "ck")).swap("split", swap_job.shouting())
-    later_input(tmp_path)
-    batch = QueryCheckpoint(str(tmp_path / "ck")).logged_batches()[-1] + 1
-    assert batch == swap_time(unbroken)[0]
-    chain = [
-        f"front.plan:{batch}",  # before: planned (swap decided), not logged
-        f"graph.keyed.saved:{batch}",  # during: the swap batch's keyed state saved
-        f"sink.commit.released:{batch + 1}",  # after: the next batch's output released
-    ]
-    assert reachable_in_turn(chain)
-    expected = outputs(unbroken)
-    run_chain(JOB, args(tmp_path), chain, released_so_far_is(expected, lambda: outputs(tmp_path)))
-    assert outputs(tmp_path) == expected
-    assert swap_time(tmp_path) == swap_time(unbroken)
