@@ -377,3 +377,70 @@ def test_swaps_are_checked_against_the_recorded_graph(tmp_path: Path):
     with pytest.raises(ConfigError, match="swappable"):
         record_steps(state, graph().build(), swappable=True)  # fixed per checkpoint
     assert QueryControl(str(tmp_path)).requests() == []
+
+
+# --- a keyed stage whose cycle holds the swapped step (KeyedRunner, no Spark) ---------------
+
+
+def countdown(m: Any) -> Dataflow:
+    """merge -> grouping(1, one key) -> map m -> filter (> 0) -> broadcast: out, and round."""
+    flow = Dataflow("countdown")
+    loop = flow.merge("in", flow.source("n"))
+    grouped = flow.grouping("g", loop, window=1, key=lambda x: 0)
+    kept = flow.filter("f", flow.map("m", grouped, m), lambda x: x > 0)
+    out, back = flow.broadcast("b", kept, 2)
+    flow.add_merge_input(loop, back)
+    flow.sink("out", out)
+    return flow
+
+
+def minus_one(t: tuple[int]) -> int:
+    return t[0] - 1
+
+
+def minus_two(t: tuple[int]) -> int:
+    return t[0] - 2
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(values=st.lists(st.integers(1, 6), min_size=1, max_size=6), at=st.integers(0, 6))
+def test_keyed_runner_runs_a_swapped_step_of_its_cycle_by_each_items_time(
+    checkpoint: Path, values: list[int], at: int
+) -> None:
+    """Round the cycle an item keeps its global time, so its version too."""
+    from flamestream.runtime.grouping import GroupingState
+    from flamestream.spark.apply import SparkGraph
+    from flamestream.spark.exec.items import encode_key
+    from flamestream.spark.exec.keyed import KeyedRunner
+
+    flow = countdown(minus_one)
+    graph = SparkGraph(flow)
+    (stage,) = [s for s in graph.stages if s.grouping]
+    assert "m" in stage.steps
+    batch = next(BATCHES)
+    log_swaps(checkpoint, batch, [("m", minus_two, GlobalTime(at, 0))])
+    keyed = KeyedRunner(graph.graph, stage, graph.keys, graph.render)
+    keyed._versions = SwapReader(str(checkpoint)).versions(batch, keyed.steps.values())
+    assert set(keyed._versions) == {"m"}
+    rows = [
+        {
+            "ts": ts,
+            "front": 0,
+            "trace": b"",
+            "flags": 0,
+            "source": "n",
+            "position": ts,
+            "to": "in",
+            "key": encode_key(0),
+            "payload": encode_payload(v),
+            "value": None,
+        }
+        for ts, v in enumerate(values)
+    ]
+    g = graph.graph.step("g")
+    state = GroupingState("g", 1, g.key)
+    made = keyed._run(pa.Table.from_pylist(rows, schema=ITEM_SCHEMA), state).to_pylist()
+    # what leaves the stage for the sink (rendered as text) against the reference's release
+    got = sorted((r["ts"], r["front"], r["value"]) for r in made if r["to"] == "out")
+    want = run_in_order(flow, values, swaps=[("m", minus_two, GlobalTime(at, 0))])
+    assert got == sorted((t.ts, t.front, str(p)) for t, p in want.timed())
