@@ -444,3 +444,17 @@ def test_keyed_runner_runs_a_swapped_step_of_its_cycle_by_each_items_time(
     got = sorted((r["ts"], r["front"], r["value"]) for r in made if r["to"] == "out")
     want = run_in_order(flow, values, swaps=[("m", minus_two, GlobalTime(at, 0))])
     assert got == sorted((t.ts, t.front, str(p)) for t, p in want.timed())
+
+
+def test_describe_says_swapped_stages_run_the_general_way_and_fronts_send_no_blocks():
+    from flamestream.graph.mapreduce import count
+    from flamestream.spark.apply import SparkGraph
+
+    flow = Dataflow("wc")
+    flow.sink("out", count(flow, "count", flow.flat_map("split", flow.source("l"), str.split)))
+    fixed, swappable = SparkGraph(flow), SparkGraph(flow, swappable=True)
+    assert "in blocks" in fixed.describe() and "swappable" not in fixed.describe()
+    assert "in blocks" not in swappable.describe()
+    assert "swappable: a batch with swapped steps runs their stages the general way" in (
+        swappable.describe()
+    )
