@@ -147,3 +147,21 @@ class RecordError(FlameStreamError):
             f"step {step!r}: {problem} at {determinant}: {reason}. Hint: {hint}, or set options "
             "onBadRecord=deadLetter and deadLetterPath to route bad records there"
         )
+
+
+class SwapError(FlameStreamError):
+    """A step's function cannot be swapped; raised where the swap is asked for.
+
+    No such step, a step whose function is not swappable (a grouping's key, a source), or a
+    new function that is not one (not callable, not picklable). The old function stays in force.
+    """
+
+    def __init__(self, step_id: str, expected: str, found: str, hint: str = "") -> None:
+        self.step_id = step_id
+        self.expected = expected
+        self.found = found
+        self.hint = hint
+        message = f"swap of step {step_id!r}: expected {expected}, found {found}"
+        if hint:
+            message += f". Hint: {hint}"
+        super().__init__(message)

@@ -23,7 +23,7 @@ from flamestream.errors import StepError
 from flamestream.graph.dataflow import Stream
 from flamestream.graph.steps import Sink
 from flamestream.model import DataItem, GlobalTime, Meta
-from flamestream.runtime.reference import stateless_handler
+from flamestream.runtime.reference import stateless_handler, versioned_handler
 from flamestream.spark.exec.items import (
     ITEM_SCHEMA,
     MAY_INVALIDATE,
@@ -74,14 +74,23 @@ def stateless_graph(seed: int) -> Dataflow:
     return flow
 
 
-def by_model(graph: Any, items: list[DataItem]) -> list[Out]:
-    """Each item delivered to quiescence with the model's per-item rules."""
+def by_model(graph: Any, items: list[DataItem], swapped: Any = None) -> list[Out]:
+    """Each item delivered to quiescence with the model's per-item rules.
+
+    ``swapped``: per swapped step, its ``Versions`` (each item through the one its time picks).
+    """
 
     def call(step: Any, fn: Any, item: DataItem, *, as_list: bool = False) -> Any:
         return list(fn(item.payload)) if as_list else fn(item.payload)
 
+    def handler(sid: str, step: Any) -> Any:
+        targets = [graph.consumer(sid, p) for p in range(step.outputs)]
+        if swapped and sid in swapped:
+            return versioned_handler(swapped[sid], targets, call)
+        return stateless_handler(step, targets, call)
+
     handlers = {
-        sid: stateless_handler(step, [graph.consumer(sid, p) for p in range(step.outputs)], call)
+        sid: handler(sid, step)
         for sid, step in graph.steps.items()
         if not isinstance(step, Sink) and sid != "lines"
     }

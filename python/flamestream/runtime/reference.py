@@ -46,6 +46,7 @@ from flamestream.model import MAX_FRONT, MAX_TS, DataItem, GlobalTime, LocalTime
 from flamestream.runtime.acker import Acker, item_id
 from flamestream.runtime.barrier import BarrierBuffer
 from flamestream.runtime.grouping import GroupingState
+from flamestream.runtime.swaps import Versions, swapped
 
 _STATELESS_LOCAL = LocalTime(0, 0)
 
@@ -175,6 +176,7 @@ class ReferenceRuntime:
         self._handlers: dict[str, Handler] = {
             sid: self._handler(step) for sid, step in self.graph.steps.items()
         }
+        self._versions: dict[str, Versions] = {}
         self._determinants: dict[GlobalTime, Any] = {}
         self._released: dict[str, list[Released]] = {sink: [] for sink in self.graph.sinks}
         self._min_time = self._acker.min_time
@@ -259,6 +261,48 @@ class ReferenceRuntime:
 
     def _open_states(self) -> list[_Front]:
         return [state for state in self._fronts.values() if not state.closed]
+
+    def swap(
+        self, step_id: str, fn: Callable[[Any], Any], at: GlobalTime | None = None
+    ) -> GlobalTime:
+        """Give step ``step_id`` the function ``fn`` for items of global time ``at`` and above.
+
+        Items below ``at`` keep going through the function in force before (all versions of an
+        item have its global time, so they all see the same function). Without ``at``, the
+        swap takes effect at :meth:`frontier`: after everything admitted so far, as the Spark
+        runtime chooses. Only a map's, flat_map's or filter's function can be swapped
+        (:mod:`flamestream.runtime.swaps`); anything else raises :class:`SwapError` and
+        changes nothing. A grouping downstream keeps its state. Returns ``at``.
+        """
+        self._check_alive()
+        new = swapped(self.graph, step_id, fn)
+        if at is None:
+            at = self.frontier()
+        elif not isinstance(at, tuple) or len(at) != 2:
+            msg = f"swap of step {step_id!r}: at must be a GlobalTime (ts, front), got {at!r}"
+            raise ScheduleError(msg)
+        at = GlobalTime(*at)
+        versions = self._versions.get(step_id) or Versions(self.graph.step(step_id))
+        versions = self._versions[step_id] = versions.then(at, new)
+        targets = [self.graph.consumer(step_id, p) for p in range(new.outputs)]
+        self._handlers[step_id] = versioned_handler(versions, targets, self._call)
+        return at
+
+    def frontier(self) -> GlobalTime:
+        """A global time above everything admitted so far: ``(the largest next ts, 0)``.
+
+        Every front's items so far have ts below its next ts (its last ts + 1, or its report if
+        higher), so below the largest one of them. The Spark runtime's swaps take effect at
+        the same place (from the offset log's fronts).
+        """
+        highest = 0
+        for front in self._fronts.values():
+            if front.last_ts is not None:
+                highest = max(highest, front.last_ts + 1)
+            report = None if front.closed else self._acker.report_of(front.front_id)
+            if report is not None:
+                highest = max(highest, report)
+        return GlobalTime(highest, 0)
 
     # --- delivery ------------------------------------------------------------------------
 
@@ -549,6 +593,18 @@ def stateless_handler(
         return flat_map
     msg = f"step {step.step_id!r}: {step.kind} is not a stateless step"
     raise FlameStreamError(msg)
+
+
+def versioned_handler(
+    versions: Versions, targets: Sequence[str], call: Callable[..., Any]
+) -> Handler:
+    """A swapped stateless step: each item handled by the version its global time picks."""
+    handlers = [stateless_handler(step, targets, call) for step in versions.all()]
+
+    def versioned(item: DataItem) -> list[tuple[str, DataItem]]:
+        return handlers[versions.index_at(item.global_time)](item)
+
+    return versioned
 
 
 def _pass(item: DataItem, payload: Any) -> DataItem:

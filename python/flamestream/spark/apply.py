@@ -37,7 +37,9 @@ from flamestream.launcher import RECOMMENDED_CONF
 from flamestream.spark.control.budgeted import INITIAL_LIMIT, LIMIT_FROM, BudgetPolicy
 from flamestream.spark.control.handle import QueryControl
 from flamestream.spark.control.key_layout import ElasticPolicy
+from flamestream.spark.control.swaps import SwapReader
 from flamestream.spark.durable import QueryCheckpoint, filesystem, write_atomically
+from flamestream.spark.durable.functions import record_steps
 from flamestream.spark.exec.front_stage import RECORDS, FrontStage
 from flamestream.spark.exec.items import (
     BYTES_TAG,
@@ -85,6 +87,11 @@ class SparkGraph:
     as readers) declares a latency and a per-partition state budget instead: one policy
     decides the read limit, the active key partitions and the key ranges' moves together
     (:mod:`flamestream.spark.control.budgeted`).
+    ``swappable=True`` (streaming, with a checkpoint) lets
+    ``SparkGraph.control(checkpoint).swap(step, fn)`` give a running query's map, flat_map or
+    filter a new function, from a global time the query records (docs/swaps.md). Elastic
+    layouts, budgets and swaps add the control channel to the query, so each is fixed for a
+    checkpoint.
     """
 
     def __init__(
@@ -97,14 +104,20 @@ class SparkGraph:
         release: str = "every",
         elastic: bool | ElasticPolicy = False,
         budgets: BudgetPolicy | None = None,
+        swappable: bool = False,
     ) -> None:
         graph = flow.build() if isinstance(flow, Dataflow) else flow
         # declared budgets need the control channel: the budget policy moves the key ranges
         elastic = elastic or budgets is not None
+        self.swappable = swappable
         self.elastic = ElasticPolicy() if elastic is True else (elastic or None)
         self.budgets = budgets
         self.plan = plan_execution(
-            graph, fusion=fusion, release=release, elastic=self.elastic is not None
+            graph,
+            fusion=fusion,
+            release=release,
+            elastic=self.elastic is not None,
+            swappable=swappable,
         )
         self.graph = graph
         self.fusion = fusion
@@ -208,7 +221,8 @@ class SparkGraph:
     ) -> tuple[DataFrame, Any]:
         """Plan and wire one application: the result rows, and the sink's task if it runs one."""
         budget_from = checkpoint_location if self.budgets is not None else None
-        rows, in_front = self._front_rows(df, payload, budget_from)
+        swaps = SwapReader(checkpoint_location) if self.swappable and checkpoint_location else None
+        rows, in_front = self._front_rows(df, payload, budget_from, swaps)
         plan = self._query_plan(rows, checkpoint_location)
         in_sink = self.plan.in_sink if sink_runs and plan.state_url is not None else None
         if in_front:  # the fronts ran the first stage (or the keying): their rows are items
@@ -255,21 +269,27 @@ class SparkGraph:
             check_layout(
                 state_url, partitions, loops=bool(fed), elastic=elastic, graph=self.graph.name
             )
-        return _QueryPlan(partitions, checkpoint_location, state_url, looping, fed, elastic)
+            record_steps(state_url, self.graph, swappable=self.swappable)
+        swaps = None
+        if self.swappable and state_url is not None:
+            assert checkpoint_location is not None  # noqa: S101
+            swaps = SwapReader(checkpoint_location)
+        return _QueryPlan(partitions, checkpoint_location, state_url, looping, fed, elastic, swaps)
 
     def _channel_rows(
         self, df: DataFrame, plan: _QueryPlan
     ) -> tuple[DataFrame | None, DataFrame | None]:
-        """The control channel's rows (elastic layouts) and the loop channel's (loop sends)."""
+        """The control channel's rows (elastic layouts, swaps) and the loop channel's."""
         control_rows = loop_rows = None
-        if plan.elastic:  # the control channel: no rows, its offset is each batch's key layout
-            assert plan.checkpoint is not None and self.elastic is not None  # noqa: S101
+        if plan.elastic or plan.swaps is not None:
+            # the control channel: no rows, its offset is each batch's key layout and swaps
+            assert plan.checkpoint is not None  # noqa: S101
             control_rows = (
                 df.sparkSession.readStream.format("flamestream")
                 .option("channel", "control")
                 .option("path", plan.checkpoint)
                 .option("partitions", plan.partitions)
-                .options(**self.elastic.options())
+                .options(**(self.elastic or ElasticPolicy()).options())
                 .options(**(self.budgets.options(_cores(df)) if self.budgets else {}))
                 .load()
             )
@@ -283,11 +303,16 @@ class SparkGraph:
         return control_rows, loop_rows
 
     def _front_rows(
-        self, df: DataFrame | Any, payload: str, budget_from: str | None = None
+        self,
+        df: DataFrame | Any,
+        payload: str,
+        budget_from: str | None = None,
+        swaps: SwapReader | None = None,
     ) -> tuple[DataFrame, bool]:
         """The input as a DataFrame; True when fronts' readers ran :attr:`plan.in_front`.
 
-        ``budget_from``: the checkpoint whose budget policy sets the fronts' read limit.
+        ``budget_from``: the checkpoint whose budget policy sets the fronts' read limit;
+        ``swaps``: the query's function swaps, which the fronts' first stage obeys.
         """
         readers: list[Any] = list(df) if isinstance(df, list | tuple) else [df]
         if not readers or any(not _is_reader(r) for r in readers):
@@ -305,7 +330,7 @@ class SparkGraph:
             # blocks need the key partitions, and Arrow batches Spark keeps small (else rows)
             bounded = arrow_batches_bounded(session)
             partitions = self._key_partitions(session) if bounded else 0
-            option = self._front_stage(payload, partitions).encode()
+            option = self._front_stage(payload, partitions, swaps).encode()
         loaded = []
         initial = self.budgets.initial_limit() if self.budgets else 0
         for reader in readers:
@@ -317,7 +342,9 @@ class SparkGraph:
                 reader.option(LIMIT_FROM, "").option(INITIAL_LIMIT, "")
         return _observed_records(_union(loaded), fused=bool(option)), bool(option)
 
-    def _front_stage(self, payload: str, partitions: int = 0) -> FrontStage:
+    def _front_stage(
+        self, payload: str, partitions: int = 0, swaps: SwapReader | None = None
+    ) -> FrontStage:
         """What the fronts run in their reads: the first stage, or the keying for a grouping.
 
         ``partitions``: the keyed stages' key partitions, for rows that leave in blocks (0:
@@ -325,7 +352,7 @@ class SparkGraph:
         """
         index = self.plan.in_front
         stage = next((s for s in self.stages if s.index == index), self._keying())
-        runner = self._runner(stage, named=False)
+        runner = self._runner(stage, named=False, swaps=swaps)
         packs = self.plan.packed_into() is not None
         blocks = partitions if self.plan.blocked_into() is not None else 0
         return FrontStage(runner, self.graph.consumer(self.source), payload, packs, blocks)
@@ -400,9 +427,11 @@ class SparkGraph:
             F.lit(None).cast("string").alias("value"),
         )
 
-    def _runner(self, stage: Stage, *, named: bool = True) -> Any:
+    def _runner(self, stage: Stage, *, named: bool = True, swaps: SwapReader | None = None) -> Any:
         name = stage.name if stage.steps else "flamestream_key"
-        runner = StageRunner(self.graph, stage, self.keys, self.render, self.plan.precombine)
+        runner = StageRunner(
+            self.graph, stage, self.keys, self.render, self.plan.precombine, swaps=swaps
+        )
         return _named(runner, name) if named else runner
 
 
@@ -416,6 +445,7 @@ class _QueryPlan:
     looping: tuple[Stage, ...]  #: keyed stages whose cycle may change key: they send to the loop
     fed: tuple[Stage, ...]  #: stages the loop channel feeds
     elastic: bool  #: key ranges move between partitions (routes from the control channel)
+    swaps: SwapReader | None = None  #: where runners read their batch's swaps (swappable)
 
 
 class _Wiring:
@@ -494,7 +524,7 @@ class _Wiring:
         flagged = looped or any(self.flagged[u] for u in upstream)
         self.flagged[stage.index] = stage.grouping is not None or flagged
         if stage.grouping is None:
-            runner = self.graph._runner(stage)
+            runner = self.graph._runner(stage, swaps=self.plan.swaps)
             self.outputs[stage.index] = stage_input.mapInArrow(runner, ITEM_DDL)
         else:
             self.outputs[stage.index] = self._keyed(stage, stage_input, flagged)
@@ -540,8 +570,11 @@ class _Wiring:
             latest=graph.release == "latest",
             loop=loop,
             elastic_partitions=key_partitions if route == "route" else None,
+            swaps=plan.swaps,
         )
-        tails = [graph._runner(tail, named=False) for tail in graph.plan.tails(stage)]
+        tails = [
+            graph._runner(tail, named=False, swaps=plan.swaps) for tail in graph.plan.tails(stage)
+        ]
         task = WithTails(keyed, tails) if tails else keyed
         # the key partition rides with every row, computed as the shuffle computes it:
         # the task keeps that partition's state whatever position Spark's plan gives it
@@ -802,6 +835,7 @@ def apply_graph(
     release: str = "every",
     elastic: bool | ElasticPolicy = False,
     budgets: BudgetPolicy | None = None,
+    swappable: bool = False,
 ) -> DataFrame:
     """Compile ``flow`` and apply it to ``df``: see :meth:`SparkGraph.apply`."""
     graph = SparkGraph(
@@ -812,5 +846,6 @@ def apply_graph(
         release=release,
         elastic=elastic,
         budgets=budgets,
+        swappable=swappable,
     )
     return graph.apply(df, payload=payload, checkpoint_location=checkpoint_location)

@@ -44,6 +44,7 @@ __all__ = [
     "Report",
     "RunResult",
     "Script",
+    "Swap",
     "run_in_order",
     "run_script",
 ]
@@ -93,7 +94,19 @@ class ReleaseHolds:
     """Release every hold."""
 
 
-Action = Admit | Report | Close | Deliver | Hold | ReleaseHolds
+@dataclass(frozen=True, slots=True)
+class Swap:
+    """Step ``step`` gets function ``fn`` from global time ``at`` on.
+
+    Without ``at``: after every item admitted so far (see :meth:`ReferenceRuntime.swap`).
+    """
+
+    step: str
+    fn: Callable[[Any], Any]
+    at: GlobalTime | None = None
+
+
+Action = Admit | Report | Close | Deliver | Hold | ReleaseHolds | Swap
 
 #: Deliveries after which ``Deliver()`` (until idle) gives up on reaching quiescence.
 MAX_DELIVERIES = 10_000_000
@@ -128,6 +141,11 @@ class Script:
     def hold(self, *, step: str | None = None, front: int | None = None) -> Script:
         """Append a hold."""
         self.actions.append(Hold(step, front))
+        return self
+
+    def swap(self, step: str, fn: Callable[[Any], Any], at: GlobalTime | None = None) -> Script:
+        """Append a function swap."""
+        self.actions.append(Swap(step, fn, at))
         return self
 
     def release_holds(self) -> Script:
@@ -236,6 +254,8 @@ def _apply(
         runtime.hold(step=action.step, front=action.front)
     elif isinstance(action, ReleaseHolds):
         runtime.release_holds()
+    elif isinstance(action, Swap):
+        runtime.swap(action.step, action.fn, action.at)
     else:
         msg = f"not a script action: {action!r}"
         raise ScheduleError(msg)
@@ -248,13 +268,16 @@ def run_in_order(
     *,
     fronts: Mapping[int, str] | None = None,
     record: bool = False,
+    swaps: Sequence[tuple[str, Callable[[Any], Any], GlobalTime]] = (),
 ) -> RunResult:
     """The in-order oracle: admit every item in global-time order, each run to quiescence.
 
     ``inputs`` is either a list of payloads (one front, ts 0, 1, 2 …) or a mapping
     ``front id -> [(ts, payload), …]`` with strictly increasing ts per front. After every item
     each front reports its next ts (or closes when it has no more), so sinks release as they
-    would in a live run.
+    would in a live run. ``swaps``: ``(step, fn, at)`` function swaps, in force from the start
+    (each for the items at or above its ``at``, see :meth:`ReferenceRuntime.swap`), e.g. the
+    swaps a Spark query recorded, to compare with its output.
     """
     per_front: dict[int, deque[tuple[int, Any]]] = (
         {int(f): deque(items) for f, items in inputs.items()}
@@ -266,6 +289,8 @@ def run_in_order(
         fronts=fronts if fronts is not None else _bind_all(flow, sorted(per_front)),
         record=record,
     )
+    for step, fn, at in swaps:
+        runtime.swap(step, fn, at)
     while any(per_front.values()):
         _, front = min((queue[0][0], f) for f, queue in per_front.items() if queue)
         ts, payload = per_front[front].popleft()

@@ -25,6 +25,7 @@ from flamestream.spark.control.key_layout import (
     plan_layout,
     rescale_target,
 )
+from flamestream.spark.control.swaps import SWAPS, consume_swap
 from flamestream.spark.durable import (
     QueryCheckpoint,
     batch_id_of_task,
@@ -132,13 +133,19 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _handlers(self) -> dict[str, RequestHandler]:
         """Per request kind, what consumes it (each kind's owner adds its handler here)."""
-        return {"rescale": self._rescale}
+        return {"rescale": self._rescale, "swap": self._swap}
 
     def initialOffset(self) -> dict[str, Any]:
         """The default layout over the policy's initial active partitions."""
         active = self.policy.active or self.key_partitions
         layout = Layout.default(self.key_partitions, active)
-        start = {"active": active, "target": None, "home": None, "consumed": ""}
+        start: dict[str, Any] = {
+            "active": active,
+            "target": None,
+            "home": None,
+            "consumed": "",
+            SWAPS: [],
+        }
         return {**_offset(layout, 0, "default"), **start}
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -237,6 +244,14 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "home": list(target.assignment),  # where a merge after a split goes back to
         }
         return new, f"{state['active']} -> {active} active partitions, {moves} slots to move"
+
+    def _swap(
+        self, state: dict[str, Any], request: Request, last: int
+    ) -> tuple[dict[str, Any], str]:
+        """``swap``: the swap joins the swaps in force, from its global time (see :mod:`.swaps`)."""
+        swaps = list(state.get(SWAPS, ()))
+        decision = consume_swap(self.checkpoint, request, swaps)
+        return {**state, SWAPS: swaps}, decision
 
     def _move(
         self, state: dict[str, Any], last: int

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import posixpath
+from collections.abc import Callable
 from typing import Any
 
 from flamestream.errors import ConfigError
 from flamestream.spark.durable import QueryCheckpoint
 from flamestream.spark.durable.files import filesystem
+from flamestream.spark.durable.functions import FunctionStore, check_recorded, pickled
 from flamestream.spark.durable.requests import Request, RequestStore
 
 
@@ -71,3 +73,25 @@ class QueryControl:
             return None, None
         written = json.loads(fs.cat_file(path))
         return int(written["partitions"]), bool(written.get("elastic", False))
+
+    def swap(self, step_id: str, fn: Callable[[Any], Any]) -> Request:
+        """Give step ``step_id`` the function ``fn``, from a global time the query chooses.
+
+        Checked here, before anything is submitted (else :class:`~flamestream.errors.SwapError`
+        naming the step, and the old function stays in force): the query started with
+        ``swappable=True``, ``step_id`` is one of its graph's maps, flat_maps or filters (not
+        a grouping, not map_reduce's own steps), and ``fn`` pickles with cloudpickle and loads
+        back as a callable. The pickled function is stored by its SHA-256
+        (:mod:`flamestream.spark.durable.functions`); the request names it. The control
+        channel takes the swap in at its next planning: items of global time below the time
+        it records keep the old function, every item at or above it gets ``fn`` (see
+        :func:`flamestream.spark.control.swaps.effective_time`), on every replay.
+        """
+        check_recorded(self.state_url, step_id)
+        if not callable(fn):
+            from flamestream.errors import SwapError
+
+            raise SwapError(step_id, "a callable", f"{type(fn).__name__} {fn!r}", "pass a function")
+        digest = FunctionStore(self.state_url).put(pickled(step_id, fn))
+        name = getattr(fn, "__qualname__", None) or type(fn).__name__
+        return self.submit("swap", {"step": step_id, "fn": digest, "function": name})

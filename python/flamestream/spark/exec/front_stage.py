@@ -124,7 +124,8 @@ class FrontStage:
         text; other stages, and batches the count does not take, get :meth:`_entering`'s
         item rows.
         """
-        counted = self.runner.counted
+        # a batch with swapped steps runs the general way (the count compiled the old split)
+        counted = self.runner.counted if not self.runner.swapped() else None
         text = rows.column(self.payload)
         if counted is not None and pa.types.is_string(text.type):
             made = counted.of_front(rows, self.entry, text, packed)

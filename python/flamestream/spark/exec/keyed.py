@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from itertools import pairwise
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -36,7 +36,8 @@ from flamestream.graph.logical import LogicalGraph
 from flamestream.graph.steps import Grouping, Step
 from flamestream.model import DataItem, GlobalTime, Meta
 from flamestream.runtime.grouping import GroupingState
-from flamestream.runtime.reference import Handler, stateless_handler
+from flamestream.runtime.reference import Handler, stateless_handler, versioned_handler
+from flamestream.runtime.swaps import Versions
 from flamestream.spark.connector.barrier import read_min_time
 from flamestream.spark.connector.faults import crash_point
 from flamestream.spark.control.key_layout import Layout
@@ -63,6 +64,9 @@ from flamestream.spark.exec.stateless import Exits, Handed, render_default
 from flamestream.spark.exec.summed import SummedCycle
 from flamestream.spark.exec.worker_setup import setup_worker
 from flamestream.spark.plan.stages import Stage
+
+if TYPE_CHECKING:
+    from flamestream.spark.control.swaps import SwapReader
 
 #: The item row columns a keyed stage reads (``key`` only routed the shuffle, ``value`` is
 #: for sinks).
@@ -123,6 +127,7 @@ class KeyedRunner:
         latest: bool = False,
         loop: LoopSpec | None = None,
         elastic_partitions: int | None = None,
+        swaps: SwapReader | None = None,
     ) -> None:
         assert stage.grouping is not None  # noqa: S101
         grouping = graph.step(stage.grouping)
@@ -150,6 +155,9 @@ class KeyedRunner:
         self._layout: Layout | None = None  # the current batch's, when elastic
         #: the payload objects of the last batch's rows for ``exits.handed`` destinations
         self.handed_payloads: Handed | None = None
+        #: where the batch's function swaps come from (a swappable query's), else None
+        self.swaps = swaps
+        self._versions: dict[str, Versions] = {}  # the current task's swapped steps
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """All of the partition's rows, in meta order, then the rows leaving the stage.
@@ -189,6 +197,7 @@ class KeyedRunner:
         io = self.state_io if batch_id >= 0 else TaskLocal(self.grouping)
         self._router, self._task = None, (partition, batch_id)
         self._layout = io.layout(batch_id) if io.durable else None
+        self._versions = self.swaps.versions(batch_id, self.steps.values()) if self.swaps else {}
         # 2. restore
         state = io.restore(partition, batch_id)
         # 3. the min-time
@@ -252,25 +261,11 @@ class KeyedRunner:
         map_reduce items wholly below it and in order then runs at once (fastpath).
         """
         determinants: dict[GlobalTime, tuple[Any, Any]] = {}
-
-        def call(
-            step: Step, fn: Callable[[Any], Any], item: DataItem, *, as_list: bool = False
-        ) -> Any:
-            try:
-                return list(fn(item.payload)) if as_list else fn(item.payload)
-            except Exception as exc:  # a user function failed: name the step and the record
-                where = determinants.get(item.global_time)
-                raise StepError(step.step_id, fn, item.global_time, where, exc) from exc
-
-        handlers: dict[str, Handler] = {}
-        for sid, step in self.steps.items():
-            if sid == self.grouping.step_id:
-                dest = self.targets[sid][0]
-                handlers[sid] = _grouping_handler(state, dest, determinants.get)
-            else:
-                handlers[sid] = stateless_handler(step, self.targets[sid], call)
+        handlers = self._handlers(state, determinants)
         router = self._router = self._new_router(determinants.get)
-        if self.summed is not None and self.fast and router is None and min_time is not None:
+        # a swapped step runs the general way: the fast paths compiled the declared steps
+        fast = self.fast and not self._versions
+        if self.summed is not None and fast and router is None and min_time is not None:
             ran = self.summed.run(table, state, min_time, self.exits, self.latest)
             if ran is not None:  # the batch ran in Arrow (else it goes the ways below)
                 out, self.handed_payloads = ran
@@ -299,7 +294,7 @@ class KeyedRunner:
                     outputs = handler(current)
                     queue.extend(outputs if router is None else router.route(outputs))
 
-        cycle = self.cycle if self.fast and router is None else None
+        cycle = self.cycle if fast and router is None else None
         latest_rows: list[int] | None = None  # each key's last row, if the batch ran whole
         if cycle is not None:
             if min_time is not None:
@@ -320,6 +315,31 @@ class KeyedRunner:
         out, self.handed_payloads = leaving.batch(self.exits, _Known(determinants, state))
         state.note_where(determinants.items())
         return out
+
+    def _handlers(
+        self, state: GroupingState, determinants: dict[GlobalTime, tuple[Any, Any]]
+    ) -> dict[str, Handler]:
+        """Per step of the stage, what it does with one item (swapped steps: by its time)."""
+
+        def call(
+            step: Step, fn: Callable[[Any], Any], item: DataItem, *, as_list: bool = False
+        ) -> Any:
+            try:
+                return list(fn(item.payload)) if as_list else fn(item.payload)
+            except Exception as exc:  # a user function failed: name the step and the record
+                where = determinants.get(item.global_time)
+                raise StepError(step.step_id, fn, item.global_time, where, exc) from exc
+
+        handlers: dict[str, Handler] = {}
+        for sid, step in self.steps.items():
+            if sid == self.grouping.step_id:
+                dest = self.targets[sid][0]
+                handlers[sid] = _grouping_handler(state, dest, determinants.get)
+            elif sid in self._versions:
+                handlers[sid] = versioned_handler(self._versions[sid], self.targets[sid], call)
+            else:
+                handlers[sid] = stateless_handler(step, self.targets[sid], call)
+        return handlers
 
     def _new_router(self, where: Callable[[GlobalTime], Any]) -> LoopRouter | None:
         """The task's loop router, for a stage whose cycle may change keys (streaming only)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import pickle
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,6 +38,8 @@ from flamestream.graph.steps import (
 )
 from flamestream.model import GlobalTime, LocalTime
 from flamestream.runtime.grouping import is_hashable
+from flamestream.runtime.swaps import Versions
+from flamestream.spark.durable.checkpoint import batch_id_of_task
 from flamestream.spark.exec.columnar import CountedText
 from flamestream.spark.exec.combine import Items, combined, rows_in_meta_order
 from flamestream.spark.exec.gc_pause import gc_paused
@@ -56,6 +58,9 @@ from flamestream.spark.exec.packed import pack
 from flamestream.spark.exec.rendered import ReducedColumns, RenderedTail
 from flamestream.spark.exec.worker_setup import setup_worker
 from flamestream.spark.plan.stages import Stage
+
+if TYPE_CHECKING:
+    from flamestream.spark.control.swaps import SwapReader
 
 #: Payloads a keyed stage hands its tails: objects by row, or a sum's as columns.
 Handed = list[Any] | ReducedColumns
@@ -87,8 +92,12 @@ class StageRunner:
         keys: Mapping[str, Callable[[Any], Any]],
         render: Callable[[Any], str] = render_default,
         precombine: Mapping[str, Callable[[Any, Any], Any]] | None = None,
+        swaps: SwapReader | None = None,
     ) -> None:
         self.stage = stage
+        #: where the batch's function swaps come from (a swappable query's), else None
+        self.swaps = swaps
+        self._versions: dict[str, Versions] = {}  # the current batch's swapped steps
         self.precombine = dict(precombine or {})
         self.steps: list[Step] = [graph.step(sid) for sid in stage.steps]
         self.consumers = {
@@ -117,8 +126,10 @@ class StageRunner:
         stage hands its tails what it made, see :class:`~.tails.WithTails`); otherwise
         decoded from ``payload``.
         """
+        self._versions = self.swapped()
         if isinstance(payloads, ReducedColumns):
-            rendered = self.rendered.run(batch, payloads) if self.rendered else None
+            fast = self.rendered if not self._versions else None
+            rendered = fast.run(batch, payloads) if fast else None
             if rendered is not None:
                 return rendered
             payloads = payloads.objects()
@@ -127,11 +138,22 @@ class StageRunner:
 
     def packed(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """:meth:`run`'s rows packed (:mod:`.packed`); a counted stage makes them packed."""
-        made = self.counted.packed(batch) if self.counted is not None else None
+        counted = self.counted if not self.swapped() else None
+        made = counted.packed(batch) if counted is not None else None
         return pack(self.run(batch)) if made is None else made
 
+    def swapped(self) -> dict[str, Versions]:
+        """The stage's steps swapped in the running task's batch (their versions).
+
+        A batch with any makes the stage run the general way: the declared count and the
+        render in Arrow compiled the steps as the graph declared them.
+        """
+        if self.swaps is None:
+            return {}
+        return self.swaps.versions(batch_id_of_task(), self.steps)
+
     def _run(self, batch: pa.RecordBatch, payloads: list[Any] | None) -> pa.RecordBatch:
-        if self.counted is not None and payloads is None:
+        if self.counted is not None and payloads is None and not self._versions:
             counted = self.counted.run(batch)
             if counted is not None:
                 return counted
@@ -141,7 +163,12 @@ class StageRunner:
             # rows for a step outside the stage pass through (a stage may only add keys)
             (queues.get(to) or leaving.setdefault(to, Items())).take(items)
         for step in self.steps:
-            outputs = self._apply(step, queues[step.step_id], batch)
+            versions = self._versions.get(step.step_id)
+            items = queues[step.step_id]
+            if versions is None:
+                outputs = self._apply(step, items, batch)
+            else:
+                outputs = self._apply_versions(versions, items, batch)
             for port, items in enumerate(outputs):
                 dest = self.consumers[step.step_id][port]
                 (queues.get(dest) or leaving.setdefault(dest, Items())).take(items)
@@ -174,6 +201,34 @@ class StageRunner:
                 items = entering[to] = Items(ordered=ordered)
             items.add(row, (), payload, flag)
         return entering
+
+    def _apply_versions(
+        self, versions: Versions, items: Items, batch: pa.RecordBatch
+    ) -> list[Items]:
+        """Outputs per port of a swapped step: each item through the version its time picks.
+
+        Items of one version (the usual case) go through it at once; a batch mixing versions
+        (items below the swap time and above it, e.g. loop items) runs each version's items
+        apart, in order, and joins their outputs (then known to be in no particular order).
+        """
+        items.materialize()
+        ts, fronts = batch.column("ts").to_pylist(), batch.column("front").to_pylist()
+        picked = [versions.index_at(GlobalTime(ts[r], fronts[r])) for r in items.rows]
+        steps = versions.all()
+        if len(set(picked)) <= 1:
+            return self._apply(steps[picked[0] if picked else 0], items, batch)
+        joined: list[Items] = []
+        for version in sorted(set(picked)):
+            part = Items(ordered=items.ordered)
+            for k in (k for k, v in enumerate(picked) if v == version):
+                part.add_nth(items, k, items.payloads[k], items.flags[k])
+            outputs = self._apply(steps[version], part, batch)
+            if not joined:
+                joined = outputs
+                continue
+            for into, more in zip(joined, outputs, strict=True):
+                into.take(more)
+        return joined
 
     def _apply(self, step: Step, items: Items, batch: pa.RecordBatch) -> list[Items]:
         """Outputs per port of ``step`` for ``items``; each keeps the items' order."""

@@ -66,6 +66,8 @@ class ExecutionPlan:
     in_sink: int | None = None
     #: key ranges move between partitions (a Router pass before each keyed stage's shuffle)
     elastic: bool = False
+    #: steps' functions may be swapped while the query runs (a control channel is unioned in)
+    swappable: bool = False
     stage_of: Mapping[str, Stage] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -149,10 +151,11 @@ class ExecutionPlan:
         When the fronts run :attr:`in_front` in their reads and all that it sends (or, when
         the fronts only key the rows, all the source sends) goes to one keyed stage that
         reads nothing else and keeps its keys round its cycle (no loop channel), and no
-        elastic layout routes the rows: then no other consumer meets the rows.
+        elastic layout routes the rows and no control channel joins them: then no other
+        consumer meets the rows.
         """
-        if self.in_front is None or self.elastic:
-            return None
+        if self.in_front is None or self.elastic or self.swappable:
+            return None  # the control channel's (empty) rows join the fronts' as items
         front = {sid for s in self.stages if s.index == self.in_front for sid in s.steps}
         senders = {self.source, *front}
         targets = {
@@ -199,6 +202,11 @@ class ExecutionPlan:
             f"  crossings JVM/Python per item, at most: {self.crossings()} (apply on loaded "
             f"fronts), {self.crossings(front=True, sink=True)} (write_stream)"
         )
+        if self.swappable:
+            lines.append(
+                "  swappable: a batch with swapped steps runs their stages the general way "
+                "(no declared count, cycle or render in Arrow for them)"
+            )
         if self.release == "latest":
             combined = ", ".join(sorted(self.precombine)) or "none"
             lines.append(
@@ -259,7 +267,12 @@ def _adds_up(graph: LogicalGraph, stage: Stage) -> bool:
 
 
 def plan_execution(
-    graph: LogicalGraph, *, fusion: bool = True, release: str = "every", elastic: bool = False
+    graph: LogicalGraph,
+    *,
+    fusion: bool = True,
+    release: str = "every",
+    elastic: bool = False,
+    swappable: bool = False,
 ) -> ExecutionPlan:
     """Compile ``graph`` into its execution plan; a ``GraphError`` names what cannot run."""
     if release not in RELEASES:
@@ -299,6 +312,7 @@ def plan_execution(
         source=sources[0],
         sinks=sinks,
         elastic=elastic,
+        swappable=swappable,
     )
 
 
