@@ -119,12 +119,16 @@ class FlameStreamDataSource(DataSource):
         checkpoint = options.string("path", required=True)
         partitions = options.integer("partitions", minimum=1)
         policy = ElasticPolicy(
+            active=options.optional_integer("active", minimum=1),
+            max_move_slots=options.optional_integer("maxMoveSlots", minimum=1),
+            max_move_bytes=options.optional_integer("maxMoveBytes", minimum=1),
             skew=options.number("skew", SKEW, minimum=1.0),
             even=options.number("even", EVEN, minimum=1.0),
             min_items=options.integer("minItems", MIN_ITEMS, minimum=1),
             gain=options.number("gain", GAIN, minimum=0.0),
         )
         options.finish()
+        policy.check(partitions, "channel control")
         return checkpoint, partitions, policy
 
     def schema(self) -> StructType:

@@ -76,7 +76,9 @@ class SparkGraph:
     is declared ``commutative``; the default ``"every"`` releases what the model releases.
     ``elastic=True`` (streaming, with a checkpoint) lets key ranges move between the keyed
     partitions between micro-batches, when one partition gets much more than its share of the
-    items (:mod:`flamestream.spark.control.key_layout`; an ``ElasticPolicy`` sets when); the
+    items (:mod:`flamestream.spark.control.key_layout`; an ``ElasticPolicy`` sets when), and
+    when ``control(checkpoint).rescale(n)`` asks for ``n`` active partitions of the
+    ``partitions`` (``ElasticPolicy(active=n)``: the count a new checkpoint starts with); the
     released output does not change.
     """
 
@@ -235,6 +237,8 @@ class SparkGraph:
         fed = looping + tuple(s for s in self.stages if targets & set(s.steps) and s not in looping)
         streaming = bool(checkpoint_location) and df.isStreaming
         elastic = self.elastic is not None and streaming and self.keyed
+        if elastic and self.elastic is not None:  # active <= P, before the query starts
+            self.elastic.check(partitions, f"graph {self.graph.name}: elastic")
         state_url = None
         if checkpoint_location and df.isStreaming:
             state_url = QueryCheckpoint(checkpoint_location).graph_url

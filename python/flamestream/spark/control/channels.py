@@ -7,7 +7,8 @@ carries each tick's key layout (:mod:`flamestream.spark.control.key_layout`) in 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import logging
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,14 +17,23 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
 from flamestream.spark.connector.faults import crash_point
-from flamestream.spark.control.key_layout import ElasticPolicy, Layout, plan_layout
+from flamestream.spark.control.key_layout import (
+    ElasticPolicy,
+    Layout,
+    migration_step,
+    plan_layout,
+    rescale_target,
+)
 from flamestream.spark.durable import (
     QueryCheckpoint,
     batch_id_of_task,
 )
 from flamestream.spark.durable.loop import KEEP_BATCHES, AckTable, LoopStore
-from flamestream.spark.durable.slots import SlotLoads
+from flamestream.spark.durable.requests import Request, RequestStore
+from flamestream.spark.durable.slots import SlotLoads, slot_bytes
 from flamestream.spark.exec.worker_setup import setup_worker
+
+_log = logging.getLogger(__name__)
 
 #: Version of the loop channel's offset.
 LOOP_OFFSET_VERSION = 1
@@ -84,8 +94,22 @@ class LoopReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         yield from table.to_batches()
 
 
+#: A request kind's handler: (the next offset so far, the request, the last committed batch)
+#: -> (the next offset, the decision in words). Handlers return new dicts, never mutate.
+RequestHandler = Callable[[dict[str, Any], Request, int], tuple[dict[str, Any], str]]
+
+#: The offset's fields that hold for the batch; the others (reason, requests, moved,
+#: movedBytes) explain one planning and do not by themselves make a batch.
+_DECIDED = ("assignment", "active", "target", "consumed")
+
+
 class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """The control channel: no rows; its offset is the layout of the batch (see module doc)."""
+    """The control channel: no rows; its offset is the layout of the batch (see module doc).
+
+    The offset also holds the active partition count ``active``, the layout a migration is
+    on its way to (``target``, None when none is), and the name of the last request consumed
+    (``consumed``); ``reason``, ``requests``, ``moved`` and ``movedBytes`` say why.
+    """
 
     def __init__(
         self, checkpoint: str, partitions: int, policy: ElasticPolicy | None = None
@@ -93,32 +117,145 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.checkpoint = checkpoint
         self.key_partitions = partitions
         self.policy = policy or ElasticPolicy()
+        self.state_url = QueryCheckpoint(checkpoint).graph_url
         self._judged = -1  # the newest batch whose loads were judged (driver side)
+        self.handlers = self._handlers()
+
+    def _handlers(self) -> dict[str, RequestHandler]:
+        """Per request kind, what consumes it (each kind's owner adds its handler here)."""
+        return {"rescale": self._rescale}
 
     def initialOffset(self) -> dict[str, Any]:
-        """The default layout."""
-        return _offset(Layout.default(self.key_partitions), 0, "default")
+        """The default layout over the policy's initial active partitions."""
+        active = self.policy.active or self.key_partitions
+        layout = Layout.default(self.key_partitions, active)
+        return {**_offset(layout, 0, "default"), "active": active, "target": None, "consumed": ""}
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Nothing to fix: a layout decision is the only thing that moves this offset."""
 
     def latestOffset(self, start: dict[str, Any], limit: Any = None) -> dict[str, Any]:
-        """The layout for the next batch: a new one only when the last batch's loads say so."""
-        current = Layout(int(start["partitions"]), tuple(start["assignment"]))
+        """The next batch's layout: ``start`` itself unless something was decided.
+
+        The migration protocol, at each planning of batch ``b`` (driver, source process):
+
+        1. Read ``start``, batch ``b - 1``'s offset: its layout, active count, migration
+           target and last consumed request (offsets written before active counts: all
+           ``P`` partitions active, no target, nothing consumed).
+        2. Consume the requests submitted after that one, in order, each through its kind's
+           handler (:meth:`_consume`); ``rescale(n)`` sets ``active = n`` and a target laid
+           out over partitions ``0 … n-1`` (:func:`rescale_target`), replacing any target
+           still in progress (the migration goes on from where it is).
+        3. With a target in progress, move the next slots towards it, at most the policy's
+           slots and bytes (:func:`migration_step`); the target reached, it is cleared.
+           Without one, judge the loads of the last committed batch (once per batch): a
+           better layout over the active partitions (:func:`plan_layout`) becomes the
+           target, and its first step is taken at once.
+        4. If anything was decided, return the new offset: Spark writes it into the offset
+           log before batch ``b`` runs, so ``b`` and any replay of it use this layout.
+        5. In batch ``b``, each keyed task restores the newest snapshots (written by batches
+           before ``b``, wherever they ran) of the slots the layout gives it, runs, and saves
+           one snapshot per slot it holds; a moved slot's state thus moves with the batch
+           that moves it, and a partition holding no slot gets no keyed rows.
+        """
         checkpoint = QueryCheckpoint(self.checkpoint)
         last = checkpoint.last_committed_batch()
-        if last <= self._judged:
+        before = {
+            "assignment": list(start["assignment"]),
+            "active": int(start.get("active", start["partitions"])),
+            "target": start.get("target"),
+            "consumed": str(start.get("consumed", "")),
+        }
+        notes: list[dict[str, str]] = []
+        state = self._consume({**start, **before}, last, notes)
+        state, reason, moved = self._move(state, last)
+        if all(state[k] == before[k] for k in _DECIDED):
             return start
-        self._judged = last
-        store = SlotLoads(checkpoint.graph_url)
-        loads = store.read(last)
-        store.forget_before(last)
-        if not loads:
-            return start
-        better, reason = plan_layout(current, loads, self.policy)
-        if better is None:
-            return start
-        return _offset(better, int(start["decisions"]) + 1, f"after batch {last}: {reason}")
+        reasons = [f"{n['kind']} {n['request']}: {n['decision']}" for n in notes]
+        if reason:
+            reasons.append(reason)
+        layout = Layout(int(start["partitions"]), tuple(state["assignment"]))
+        offset = _offset(layout, int(start["decisions"]) + 1, "; ".join(reasons))
+        offset.update({k: state[k] for k in ("active", "target", "consumed")})
+        if notes:
+            offset["requests"] = notes
+        if moved is not None:
+            offset["moved"], offset["movedBytes"] = moved
+        return offset
+
+    def _consume(
+        self, state: dict[str, Any], last: int, notes: list[dict[str, str]]
+    ) -> dict[str, Any]:
+        """Hand each request not consumed yet, in order, to its kind's handler.
+
+        A request whose body says ``notBeforeBatch`` above the batch being planned waits,
+        and the ones after it with it (requests take effect in submission order). A kind
+        without a handler is refused and recorded like any refusal: a request is never
+        dropped silently; its decision goes into the offset (``requests``) and the log.
+        """
+        store = RequestStore(self.state_url)
+        store.forget_through(state["consumed"])  # consumed in an offset Spark has logged
+        for request in store.after(state["consumed"]):
+            if _not_before(request) > last + 1:
+                break
+            handler = self.handlers.get(request.kind)
+            if handler is None:
+                known = ", ".join(sorted(self.handlers))
+                decision = f"refused: no handler for this kind (known: {known})"
+            else:
+                state, decision = handler(state, request, last)
+            state = {**state, "consumed": request.name}
+            notes.append({"request": request.name, "kind": request.kind, "decision": decision})
+            level = logging.WARNING if decision.startswith("refused") else logging.INFO
+            _log.log(level, "request %s (%s): %s", request.name, request.kind, decision)
+        return state
+
+    def _rescale(
+        self, state: dict[str, Any], request: Request, last: int
+    ) -> tuple[dict[str, Any], str]:
+        """``rescale``: lay the slots out over ``active`` partitions, a few per batch."""
+        active = request.body.get("active")
+        partitions = self.key_partitions
+        if not isinstance(active, int) or isinstance(active, bool) or not 1 <= active <= partitions:
+            return state, f"refused: active={active!r}, allowed 1..{partitions} (P)"
+        current = Layout(partitions, tuple(state["assignment"]))
+        target = rescale_target(current, active, SlotLoads(self.state_url).read(last))
+        moves = len(current.moves_to(target))
+        new = {**state, "active": active, "target": list(target.assignment) if moves else None}
+        return new, f"{state['active']} -> {active} active partitions, {moves} slots to move"
+
+    def _move(
+        self, state: dict[str, Any], last: int
+    ) -> tuple[dict[str, Any], str, tuple[list[int], int] | None]:
+        """Step 3 of :meth:`latestOffset`: (state, reason, (moved slots, their bytes))."""
+        partitions = self.key_partitions
+        current = Layout(partitions, tuple(state["assignment"]))
+        reason = ""
+        if state["target"] is None and last > self._judged:
+            self._judged = last
+            store = SlotLoads(self.state_url)
+            loads = store.read(last)
+            store.forget_before(last)
+            if loads:
+                better, why = plan_layout(current, loads, self.policy, state["active"])
+                if better is not None and better != current:
+                    state = {**state, "target": list(better.assignment)}
+                    reason = f"after batch {last}: {why}"
+        if state["target"] is None:
+            return state, reason, None
+        target = Layout(partitions, tuple(state["target"]))
+        sizes = slot_bytes(self.state_url)
+        bound = self.policy.move_slots(current.slots)
+        step, moved = migration_step(current, target, bound, self.policy.max_move_bytes, sizes)
+        left = len(step.moves_to(target))
+        state = {
+            **state,
+            "assignment": list(step.assignment),
+            "target": None if left == 0 else list(target.assignment),
+        }
+        moved_bytes = sum(sizes.get(s, 0) for s in moved)
+        note = f"moved {len(moved)} slots ({moved_bytes} bytes), {left} to go"
+        return state, f"{reason}; {note}" if reason else note, (moved, moved_bytes)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """Nothing to read."""
@@ -135,7 +272,18 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_judged"] = -1
+        state["handlers"] = {}
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.handlers = self._handlers()
+
+
+def _not_before(request: Request) -> int:
+    """The first batch a request may take effect in (``notBeforeBatch``; 0: any)."""
+    value = request.body.get("notBeforeBatch", 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _offset(layout: Layout, decisions: int, reason: str) -> dict[str, Any]:

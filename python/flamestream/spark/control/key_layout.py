@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 
+from flamestream.errors import ConfigError
 from flamestream.spark.durable import (
     QueryCheckpoint,
 )
@@ -76,10 +77,11 @@ class Layout:
     assignment: tuple[int, ...]
 
     @classmethod
-    def default(cls, partitions: int) -> Layout:
-        """Slot ``s`` in partition ``s mod n``: every partition gets the same number."""
+    def default(cls, partitions: int, active: int | None = None) -> Layout:
+        """Slot ``s`` in partition ``s mod n`` of the ``n`` active ones (all by default)."""
         slots = partitions * SLOTS_PER_PARTITION
-        return cls(partitions, tuple(s % partitions for s in range(slots)))
+        n = partitions if active is None else active
+        return cls(partitions, tuple(s % n for s in range(slots)))
 
     @property
     def slots(self) -> int:
@@ -107,46 +109,116 @@ class Layout:
             out[self.assignment[slot]] += items
         return out
 
+    def holders(self) -> int:
+        """How many partitions hold at least one slot."""
+        return len(set(self.assignment))
+
+    def moves_to(self, target: Layout) -> list[int]:
+        """The slots ``target`` puts in another partition than this layout does."""
+        return [
+            s
+            for s, (a, b) in enumerate(zip(self.assignment, target.assignment, strict=True))
+            if a != b
+        ]
+
+
+#: How errors name an elastic policy's options.
+POLICY = "elastic policy"
+
+
+#: Without ``max_move_slots``, at most this share of the slots moves into one batch (and at
+#: least ``SLOTS_PER_PARTITION``): a rescale from 1 to ``P`` >= 8 partitions takes 8 batches.
+MOVE_SHARE = 8
+
 
 @dataclass(frozen=True)
 class ElasticPolicy:
-    """When the control channel moves key ranges (``SparkGraph(elastic=ElasticPolicy(...))``)."""
+    """How the control channel lays key ranges out and moves them (``SparkGraph(elastic=...)``).
 
+    ``active``: the partitions holding slots when a checkpoint starts (None: all ``P``, the
+    key partitions); afterwards ``QueryControl.rescale(n)`` changes it. ``max_move_slots`` and
+    ``max_move_bytes``: at most this many slots, and this many bytes of their newest state
+    snapshots, move into one batch (None: ``max(4, slots // 8)`` slots, no byte bound); one
+    slot always moves, so a migration ends whatever its slots weigh. ``skew``, ``even``,
+    ``min_items``, ``gain``: when loads alone move slots (see :func:`plan_layout`).
+    """
+
+    active: int | None = None
+    max_move_slots: int | None = None
+    max_move_bytes: int | None = None
     skew: float = SKEW
     even: float = EVEN
     min_items: int = MIN_ITEMS
     gain: float = GAIN
 
+    def __post_init__(self) -> None:
+        for name, value, allowed in (
+            ("active", self.active, "an int >= 1 (at most the key partitions), or None for all"),
+            ("max_move_slots", self.max_move_slots, "an int >= 1, or None for slots // 8"),
+            ("max_move_bytes", self.max_move_bytes, "an int >= 1, or None for no byte bound"),
+        ):
+            if value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(POLICY, name, value, allowed)
+
+    def check(self, partitions: int, where: str = POLICY) -> None:
+        """Raise if ``active`` exceeds the key partitions ``partitions`` (``P``)."""
+        if self.active is not None and self.active > partitions:
+            allowed = f"an int from 1 to {partitions} (the key partitions, P)"
+            raise ConfigError(where, "active", self.active, allowed)
+
+    def move_slots(self, slots: int) -> int:
+        """At most this many slots move into one batch, of ``slots``."""
+        if self.max_move_slots is not None:
+            return self.max_move_slots
+        return max(SLOTS_PER_PARTITION, slots // MOVE_SHARE)
+
     def options(self) -> dict[str, str]:
         """As control channel options."""
-        return {
+        out = {
             "skew": str(self.skew),
             "even": str(self.even),
             "minItems": str(self.min_items),
             "gain": str(self.gain),
         }
+        for name, value in (
+            ("active", self.active),
+            ("maxMoveSlots", self.max_move_slots),
+            ("maxMoveBytes", self.max_move_bytes),
+        ):
+            if value is not None:
+                out[name] = str(value)
+        return out
 
 
 def plan_layout(
-    current: Layout, slot_loads: Mapping[int, int], policy: ElasticPolicy | None = None
+    current: Layout,
+    slot_loads: Mapping[int, int],
+    policy: ElasticPolicy | None = None,
+    active: int | None = None,
 ) -> tuple[Layout | None, str]:
-    """A better layout for these per-slot loads, or None (pure; see the module docstring)."""
+    """A better layout over ``active`` partitions for these loads, or None (pure).
+
+    See the module docstring; ``active`` (default: all) partitions hold slots.
+    """
     policy = policy or ElasticPolicy()
+    n = current.partitions if active is None else active
     total = sum(slot_loads.values())
     if total < policy.min_items:
         return None, f"{total} items: too few to judge"
-    mean = total / current.partitions
+    mean = total / n
     loads = current.loads(slot_loads)
     hottest = max(loads)
-    default = Layout.default(current.partitions)
+    default = Layout.default(current.partitions, n)
     if current != default and max(default.loads(slot_loads)) <= policy.even * mean:
         return default, f"even under the default layout (max {max(default.loads(slot_loads))})"
     if hottest <= policy.skew * mean:
         return None, f"balanced (max {hottest}, mean {mean:.0f})"
-    packed = [0] * current.partitions
+    packed = [0] * n
     assignment = list(current.assignment)
     for slot in sorted(range(current.slots), key=lambda s: (-slot_loads.get(s, 0), s)):
-        target = min(range(current.partitions), key=lambda p: (packed[p], p))
+        target = min(range(n), key=lambda p: (packed[p], p))
         assignment[slot] = target
         packed[target] += slot_loads.get(slot, 0)
     if max(packed) > policy.gain * hottest:
@@ -154,6 +226,117 @@ def plan_layout(
     return Layout(current.partitions, tuple(assignment)), (
         f"split: max partition load {hottest} -> {max(packed)} (mean {mean:.0f})"
     )
+
+
+def rescale_target(
+    current: Layout, active: int, slot_loads: Mapping[int, int] | None = None
+) -> Layout:
+    """Where the slots go when ``active`` partitions (0 … active-1) hold them (pure).
+
+    A slot weighs 1 + its items in the last batch (without loads the slots spread evenly by
+    count). An active partition keeps its slots, heaviest first, while they fit its fair
+    share (one at least); the rest, and every slot of a partition no longer active, go
+    heaviest first to the active partition holding the least weight. If that does not lower
+    the heaviest partition's weight and no inactive partition holds a slot, nothing moves:
+    asking twice for the same count moves slots once.
+    """
+    if not 1 <= active <= current.partitions:
+        msg = f"active {active} is not in 1..{current.partitions}"
+        raise ValueError(msg)
+    loads = slot_loads or {}
+    weight = [1 + loads.get(s, 0) for s in range(current.slots)]
+    fair = sum(weight) / active
+    assignment = list(current.assignment)
+    held = [0] * active
+    pool = []
+    for partition in range(current.partitions):
+        for slot in sorted(current.slots_of(partition), key=lambda s: (-weight[s], s)):
+            if partition < active and (
+                held[partition] + weight[slot] <= fair or not held[partition]
+            ):
+                held[partition] += weight[slot]
+            else:
+                pool.append(slot)
+    for slot in sorted(pool, key=lambda s: (-weight[s], s)):
+        partition = min(range(active), key=lambda q: (held[q], q))
+        assignment[slot] = partition
+        held[partition] += weight[slot]
+    target = Layout(current.partitions, tuple(assignment))
+    weights = dict(enumerate(weight))
+    if max(current.assignment) < active and max(target.loads(weights)) >= max(
+        current.loads(weights)
+    ):
+        return current
+    return target
+
+
+def migration_step(
+    current: Layout,
+    target: Layout,
+    max_slots: int,
+    max_bytes: int | None = None,
+    sizes: Mapping[int, int] | None = None,
+) -> tuple[Layout, list[int]]:
+    """The next batch's layout on the way from ``current`` to ``target``, and its moved slots.
+
+    The slots still to move are taken in turns over their destinations (each destination's
+    first slot, then each one's second …, slot order within a turn), so that every new
+    partition gets work early and every leaving one sheds it evenly; they move while at most
+    ``max_slots`` slots and ``max_bytes`` bytes (``sizes``: bytes of each slot's newest
+    snapshot) are moved. The first always moves: a migration of ``m`` slots ends in
+    ``ceil(m / max_slots)`` batches without a byte bound, and in at most ``m`` with one.
+    """
+    turns: dict[int, int] = {}
+    order = []
+    for slot in current.moves_to(target):
+        destination = target.assignment[slot]
+        order.append((turns.get(destination, 0), slot))
+        turns[destination] = turns.get(destination, 0) + 1
+    moved: list[int] = []
+    used = 0
+    for _, slot in sorted(order):
+        size = (sizes or {}).get(slot, 0)
+        if moved and (
+            len(moved) >= max_slots or (max_bytes is not None and used + size > max_bytes)
+        ):
+            break
+        moved.append(slot)
+        used += size
+    assignment = list(current.assignment)
+    for slot in moved:
+        assignment[slot] = target.assignment[slot]
+    return Layout(current.partitions, tuple(assignment)), moved
+
+
+def desired_active(
+    cores: int,
+    partitions: int,
+    current: int,
+    *,
+    batch_ms: float | None = None,
+    target_ms: float | None = None,
+    slot_loads: Mapping[int, int] | None = None,
+) -> int:
+    """The active count a controller following the cluster asks for (pure).
+
+    ``cores``: the task slots the cluster has now (executors times cores each); ``partitions``:
+    ``P``; ``current``: the active count now; ``batch_ms``: the last batch's duration;
+    ``target_ms``: the latency budget; ``slot_loads``: items per slot in the last batch.
+
+    1. The ceiling is the least of ``P``, the cores (more active partitions than cores only
+       queue their tasks) and the slots that got items (a partition without one has nothing
+       to do); never below 1.
+    2. Well within the budget (``batch_ms <= target_ms / 2``), no growth: the current count,
+       if under the ceiling.
+    3. Otherwise (over half the budget, or no budget known): the ceiling.
+    """
+    ceiling = min(partitions, max(cores, 1))
+    if slot_loads:
+        ceiling = min(ceiling, max(1, sum(1 for items in slot_loads.values() if items > 0)))
+    ceiling = max(ceiling, 1)
+    if batch_ms is not None and target_ms is not None and batch_ms <= target_ms / 2:
+        return max(1, min(current, ceiling))
+    return ceiling
 
 
 _LAYOUTS: dict[tuple[str, int], Layout] = {}
@@ -180,8 +363,11 @@ __all__ = [
     "SALT_PREFIX",
     "ElasticPolicy",
     "Layout",
+    "desired_active",
+    "migration_step",
     "plan_layout",
     "read_layout",
+    "rescale_target",
     "routes",
     "slot_of",
 ]

@@ -1,6 +1,7 @@
 """Items per key slot per batch, written by the keyed tasks.
 
-Layout: ``<graph>/slots/<batch>/<task>.json`` (:class:`SlotLoads`).
+Layout: ``<graph>/slots/<batch>/<task>.json`` (:class:`SlotLoads`); the slots' snapshot sizes
+(:func:`slot_bytes`) are read from the groupings' slot stores.
 """
 
 from __future__ import annotations
@@ -50,3 +51,26 @@ class SlotLoads:
                 for slot, items in json.loads(fs.cat_file(path)).items():
                     total[int(slot)] = total.get(int(slot), 0) + int(items)
         return total
+
+
+def slot_bytes(state_url: str) -> dict[int, int]:
+    """Bytes of each slot's newest snapshot, summed over the groupings (one listing).
+
+    Slot snapshots live in ``<state>/<grouping>.slots/part-<slot>/<batch>.state``
+    (:class:`flamestream.spark.exec.keyed_state.SlotSnapshots`).
+    """
+    fs, root = filesystem(state_url)
+    try:
+        found = fs.glob(posixpath.join(root, "*.slots", "part-*", "*.state"), detail=True)
+    except FileNotFoundError:
+        return {}
+    newest: dict[str, tuple[str, int]] = {}
+    for path, info in found.items():
+        folder = posixpath.dirname(path)
+        if folder not in newest or path > newest[folder][0]:
+            newest[folder] = (path, int(info.get("size") or 0))
+    out: dict[int, int] = {}
+    for folder, (_, size) in newest.items():
+        slot = int(posixpath.basename(folder).removeprefix("part-"))
+        out[slot] = out.get(slot, 0) + size
+    return out
