@@ -18,9 +18,13 @@ from typing import Any
 
 import pytest
 
+from flamestream.spark.exec.stateless import render_default
+from flamestream.testing import run_in_order
 from flamestream.testing.standalone import StandaloneCluster
 
 from ..crash import spawn
+from ..spark.conftest import released, write_lines
+from .wordcount_job import word_count
 
 JOB = "tests.cluster.executors_job"
 DEADLINE_S = 240.0
@@ -115,3 +119,27 @@ def test_dynamic_allocation_adds_executors_for_waiting_tasks_and_removes_idle_on
     counts = [r["executors"] for r in found]
     assert counts[0] == 0 and max(counts) == 2 and counts[-1] == 0
     assert (tmp_path / "job-done").exists()
+
+
+def test_the_active_partitions_follow_the_cores_and_release_the_reference_rows(tmp_path: Path):
+    lines = ["the cat", "a dog", "the bird and the cat", "dog dog", "end", "cat bird"]
+    write_lines(tmp_path / "in" / "a.txt", lines)  # 12 records, 4 a batch: 3 batches
+    write_lines(tmp_path / "in" / "b.txt", list(reversed(lines)))
+    done = spawn("tests.cluster.follow_job", ["local[2]", str(tmp_path)], {}, DEADLINE_S * 2)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    follow = json.loads((tmp_path / "layouts.json").read_text())
+    assert follow[0]["active"] == 1 and follow[-1]["active"] == 2  # local[2]: two cores
+    decided = {o["decisions"]: o for o in follow if "cluster" in o}
+    assert list(decided) == [1] and decided[1]["cluster"] == {"executors": 1, "cores": 2}
+    assert "cluster: 1 executors, 2 cores after batch 0: 1 -> 2" in decided[1]["reason"]
+    assert sorted(set(follow[-1]["assignment"])) == [0, 1]  # the slots spread over both
+    assert follow[-1]["batch"] == 2  # a batch ran on the new layout
+    rows = released(tmp_path / "out")
+    per_front: dict[int, list[tuple[int, str]]] = {}
+    for row in sorted(
+        (r for r in rows if r["sink"] == "lines"), key=lambda r: (r["front"], r["ts"])
+    ):
+        per_front.setdefault(row["front"], []).append((row["ts"], row["value"]))
+    expected = run_in_order(word_count(), per_front)
+    want = [(t.ts, t.front, render_default(p)) for t, p in expected.timed("out")]
+    assert [(r["ts"], r["front"], r["value"]) for r in rows if r["sink"] == "out"] == want

@@ -17,6 +17,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
 from flamestream.spark.connector.faults import crash_point
+from flamestream.spark.control.cluster import ClusterFollower
 from flamestream.spark.control.key_layout import (
     ElasticPolicy,
     Layout,
@@ -120,6 +121,15 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.state_url = QueryCheckpoint(checkpoint).graph_url
         self._judged = -1  # the newest batch whose loads were judged (driver side)
         self.handlers = self._handlers()
+        self.follower = self._follower()
+
+    def _follower(self) -> ClusterFollower | None:
+        """What reads the cluster's cores (``follow_cluster``), with no reading made yet."""
+        if not self.policy.follow_cluster:
+            return None
+        return ClusterFollower(
+            self.key_partitions, self.policy.settle, self.policy.target_latency_ms
+        )
 
     def _handlers(self) -> dict[str, RequestHandler]:
         """Per request kind, what consumes it (each kind's owner adds its handler here)."""
@@ -145,7 +155,9 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         2. Consume the requests submitted after that one, in order, each through its kind's
            handler (:meth:`_consume`); ``rescale(n)`` sets ``active = n`` and a target laid
            out over partitions ``0 … n-1`` (:func:`rescale_target`), replacing any target
-           still in progress (the migration goes on from where it is).
+           still in progress (the migration goes on from where it is). With
+           ``follow_cluster``, the application's cores may then set a new active count and
+           target the same way (:meth:`_follow`), recorded with the cores (``cluster``).
         3. With a target in progress, move the next slots towards it, at most the policy's
            slots and bytes (:func:`migration_step`); the target reached, it is cleared.
            Without one, judge the loads of the last committed batch (once per batch): a
@@ -168,12 +180,12 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         }
         notes: list[dict[str, str]] = []
         state = self._consume({**start, **before}, last, notes)
+        state, followed = self._follow(state, last)
         state, reason, moved = self._move(state, last)
         if all(state[k] == before[k] for k in _DECIDED):
             return start
         reasons = [f"{n['kind']} {n['request']}: {n['decision']}" for n in notes]
-        if reason:
-            reasons.append(reason)
+        reasons += [why for why in (followed, reason) if why]
         layout = Layout(int(start["partitions"]), tuple(state["assignment"]))
         offset = _offset(layout, int(start["decisions"]) + 1, "; ".join(reasons))
         offset.update({k: state[k] for k in ("active", "target", "consumed")})
@@ -181,7 +193,28 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             offset["requests"] = notes
         if moved is not None:
             offset["moved"], offset["movedBytes"] = moved
+        if followed and self.follower is not None and self.follower.seen is not None:
+            offset["cluster"] = self.follower.seen.as_dict()
         return offset
+
+    def _follow(self, state: dict[str, Any], last: int) -> tuple[dict[str, Any], str]:
+        """Rescale to the cores the application has (``follow_cluster``, :mod:`.cluster`).
+
+        Once per committed batch, before the migration step (step 3 of :meth:`latestOffset`):
+        a new active count sets a target over that many partitions, as ``rescale(n)`` does.
+        """
+        if self.follower is None or last <= self.follower.judged:
+            return state, ""
+        loads = SlotLoads(self.state_url).read(last)
+        active, why = self.follower.decide(self.checkpoint, last, int(state["active"]), loads)
+        if active is None:
+            return state, ""
+        current = Layout(self.key_partitions, tuple(state["assignment"]))
+        target = rescale_target(current, active, loads)
+        moves = len(current.moves_to(target))
+        return {**state, "active": active, "target": list(target.assignment) if moves else None}, (
+            f"{why}, {moves} slots to move"
+        )
 
     def _consume(
         self, state: dict[str, Any], last: int, notes: list[dict[str, str]]
@@ -273,6 +306,7 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state = dict(self.__dict__)
         state["_judged"] = -1
         state["handlers"] = {}
+        state["follower"] = self._follower()  # a fresh reading in the unpickled copy
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
