@@ -29,6 +29,7 @@ run's, and the targets. Other Spark work on the machine skews every timing: reru
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -62,7 +63,7 @@ def session(cluster: StandaloneCluster) -> Any:
 
     import flamestream
 
-    conf = cluster.app_conf()
+    conf: dict[str, Any] = dict(cluster.app_conf())
     conf |= {
         "spark.cores.max": "2",
         "spark.scheduler.minRegisteredResourcesRatio": "0",  # start on the one Worker there is
@@ -129,7 +130,9 @@ def run_graph(
     poll = adder(cluster, args.add_after, spark, log) if follow else None
 
     def starter(options: Any, out: Path, ck: Path) -> Any:
-        return pipeline.start(spark, options, out, ck, partitions=args.partitions, elastic=policy)
+        return pipeline.start(
+            spark, options, out, ck, release="commit", partitions=args.partitions, elastic=policy
+        )
 
     watched = pipeline.run(starter, front(args), out, ck, args.timeout, args.timeout, poll)
     if not watched.finished:
@@ -138,16 +141,39 @@ def run_graph(
     if "worker" in log:  # back to one Worker for the next variant
         cluster.kill_worker(log.pop("worker"))
         wait_for_cores(spark, 1)
-    return {"watched": watched, "checkpoint": checkpoint.read(ck), "log": log, "out": out}
+    return {
+        "watched": watched,
+        "tasks": task_metrics(spark, watched),
+        "checkpoint": checkpoint.read(ck),
+        "ck": ck,
+        "log": log,
+        "out": out,
+    }
+
+
+def task_metrics(spark: Any, watched: pipeline.Watched) -> dict[int, Any]:
+    """The shim's task metrics of the query's recent batches (where a batch's time went)."""
+    from flamestream.jvm import Shim, ShimError
+
+    shim = Shim.of_session(spark)
+    ids = {p["id"] for p in watched.progress.values()}
+    if shim is None or len(ids) != 1:
+        return {}
+    try:
+        batches = shim.tasks().get(ids.pop(), [])
+    except ShimError:
+        return {}
+    return {int(b["batch"]): b["stages"] for b in batches}
 
 
 def batch_rows(watched: pipeline.Watched) -> list[dict[str, Any]]:
-    """Per batch with rows: id, rows, trigger seconds."""
+    """Per batch with rows: id, rows, trigger seconds, Spark's phases (ms)."""
     return [
         {
             "batch": b,
             "rows": int(p["numInputRows"]),
             "seconds": p["durationMs"]["triggerExecution"] / 1000,
+            "phases_ms": dict(p["durationMs"]),
         }
         for b, p in sorted(watched.progress.items())
     ]
@@ -159,12 +185,20 @@ def throughput(batches: list[dict[str, Any]]) -> float | None:
     return round(sum(b["rows"] for b in batches) / took, 1) if took else None
 
 
-def latencies(ck: checkpoint.Checkpoint, ids: set[int]) -> list[float]:
-    """Admission -> release of every record of batches ``ids``: planning to commit marker."""
+def latencies(ck: checkpoint.Checkpoint, path: Path, ids: set[int]) -> list[float]:
+    """Admission -> release of every record of batches ``ids``: planning to commit marker.
+
+    The planning: when the batch's offset was logged (``clock=logical`` offsets carry no wall
+    clock); the release: the sink's commit marker.
+    """
+    from flamestream.spark.durable import QueryCheckpoint
+
+    log = QueryCheckpoint(str(path))
     found: list[float] = []
     for batch in ck.batches:
         if batch.id in ids and batch.released is not None:
-            found += [batch.released - batch.planned] * batch.rows
+            planned = os.stat(log.offset_path(batch.id)).st_mtime
+            found += [batch.released - planned] * batch.rows
     return found
 
 
@@ -203,7 +237,7 @@ def analyse_graph(run: dict[str, Any]) -> dict[str, Any]:
     steady_s = median([b["seconds"] for b in before]) if before else None
     moved_seconds = sum(b["seconds"] for b in window)
     p99 = {
-        name: summary_or_none(latencies(ck, {b["batch"] for b in part}))
+        name: summary_or_none(latencies(ck, run["ck"], {b["batch"] for b in part}))
         for name, part in (("steady_before", before), ("migration", window), ("after", after))
     }
     return {
@@ -213,6 +247,10 @@ def analyse_graph(run: dict[str, Any]) -> dict[str, Any]:
         "batch_seconds": {
             "steady_before_median": steady_s,
             "migration": [round(b["seconds"], 3) for b in window],
+            "migration_phases_ms": [b["phases_ms"] for b in window],
+            # per stage, per task: [partition, ms, records in, records out]
+            "migration_tasks": {b: run["tasks"].get(b) for b in sorted(moved)},
+            "steady_before_tasks": {b["batch"]: run["tasks"].get(b["batch"]) for b in before[-1:]},
             "after_median": median([b["seconds"] for b in after]) if after else None,
         },
         "throughput_rows_per_s": {"before": throughput(before), "after": throughput(after)},
@@ -255,15 +293,20 @@ def released_bytes(out: Path) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(out.glob("part-*")))
 
 
-def spark_query(spark: Any, args: argparse.Namespace, ck: Path) -> Any:
-    """Plain Spark's stateful word count over the same generator front (no-op sink)."""
+def spark_query(spark: Any, args: argparse.Namespace, ck: Path, *, once: bool = False) -> Any:
+    """Plain Spark's stateful word count over the same generator front (no-op sink).
+
+    ``once``: one batch (a restart's first is the batch a stop left uncommitted), then stop.
+    """
     reader = spark.readStream.format("flamestream").option("front", "generator")
     for name, value in {"partitions": pipeline.GENERATOR_PARTITIONS, **front(args)}.items():
         reader = reader.option(name, value)
     counts = reader.load().groupBy("key").count()
     writer = counts.writeStream.format("noop").outputMode("update")
-    writer = writer.option("checkpointLocation", str(ck)).trigger(processingTime="0 seconds")
-    return writer.start()
+    writer = writer.option("checkpointLocation", str(ck))
+    if once:
+        return writer.trigger(once=True).start()
+    return writer.trigger(processingTime="0 seconds").start()
 
 
 def watch_until(query: Any, rows: int, deadline: float) -> dict[int, dict[str, Any]]:
@@ -307,8 +350,9 @@ def run_spark_way(
     to_executor = wait_for_cores(spark, 2)
     stopping = time.time()
     query.stop()
-    stopped = time.time()
     first = progress_batches(watch_until(query, 0, deadline))  # every batch until the stop
+    first += finish_interrupted(spark, args, ck)
+    stopped = time.time()
     left = args.rows_per_batch * args.batches - sum(b["rows"] for b in first)
     if left <= 0:
         cluster.kill_worker(worker)
@@ -328,7 +372,7 @@ def run_spark_way(
     restart_end = second[0]["end"] if second else None
     return {
         "seconds_to_executor": to_executor,
-        "stop_s": round(stopped - stopping, 2),
+        "stop_s": round(stopped - stopping, 2),  # with the interrupted batch run to its end
         "repartition_s": round(repartitioned - stopped, 2),
         "downtime_s": round(restart_end - stopping, 2) if restart_end else None,
         "first_batch_after_restart_s": round(second[0]["seconds"], 3) if second else None,
@@ -342,6 +386,19 @@ def run_spark_way(
         },
         "per_batch": [[b["batch"], b["rows"], round(b["seconds"], 3)] for b in first + second],
     }
+
+
+def finish_interrupted(spark: Any, args: argparse.Namespace, ck: Path) -> list[dict[str, Any]]:
+    """Run the batch a stop left uncommitted, once: a state repartition needs a clean end."""
+    from flamestream.spark.durable import QueryCheckpoint
+
+    log = QueryCheckpoint(str(ck))
+    logged = log.logged_batches()
+    if not logged or log.last_committed_batch() >= logged[-1]:
+        return []
+    query = spark_query(spark, args, ck, once=True)
+    query.awaitTermination(args.timeout)
+    return progress_batches(watch_until(query, 0, time.time() + args.timeout))
 
 
 def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
