@@ -48,7 +48,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     """The input's size, when the Worker joins, the graph's partitions, the variants."""
     parser = cli.parser(__doc__, timeout=600.0, repeat=None)
     cli.flag(parser, "--rows-per-batch", 20000, "records a batch (maxRecordsPerTrigger)")
-    cli.flag(parser, "--batches", 16, "batches of input in all")
+    cli.flag(parser, "--batches", 24, "batches of input in all")
     cli.flag(parser, "--add-after", 6, "batches done when the second Worker is started")
     cli.flag(parser, "--keys", 50000, "distinct keys (the state's size)")
     cli.flag(parser, "--partitions", 2, "key partitions P (max parallelism)")
