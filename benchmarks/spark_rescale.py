@@ -52,7 +52,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     cli.flag(parser, "--add-after", 6, "batches done when the second Worker is started")
     cli.flag(parser, "--keys", 50000, "distinct keys (the state's size)")
     cli.flag(parser, "--partitions", 2, "key partitions P (max parallelism)")
-    cli.flag(parser, "--settle", 1, "batches a new core count must hold before a rescale")
+    cli.flag(parser, "--settle", 2, "batches a new core count must hold before a rescale")
     cli.flag(parser, "--variants", VARIANTS, nargs="+", choices=VARIANTS)
     return parser.parse_args(argv)
 
