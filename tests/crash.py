@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: end offset; the kafka sink's transaction runs inside the release).
 PIPELINE = (
     "front.plan",
+    "control.plan",
     "front.read",
     "graph.loop.received",
     "graph.loop.sent",

@@ -32,7 +32,7 @@ def test_the_follower_reads_once_per_committed_batch_and_bounds_by_p(tmp_path: P
     active, why = follower.decide(ck, 1, 1, {})  # 6 cores, bounded by P = 4: once
     assert active is None
     active, why = follower.decide(ck, 2, 1, {})
-    assert active == 4 and "3 executors, 6 cores after batch 2: 1 -> 4" in why
+    assert (active, why) == (4, "cluster: 3 executors, 6 cores after batch 2")
 
 
 def test_without_a_shim_nothing_is_decided(tmp_path: Path):

@@ -19,6 +19,7 @@ from flamestream.spark.control.key_layout import (
     Layout,
     desired_active,
     migration_step,
+    plan_layout,
     rescale_target,
 )
 from flamestream.spark.durable import QueryCheckpoint
@@ -219,3 +220,15 @@ def test_offsets_before_active_counts_read_as_all_partitions_active(tmp_path: Pa
     assert offset["active"] == 2 and offset["decisions"] == 4 and len(offset["moved"]) == 4
     final = control.latestOffset(offset)  # 8 slots to move, the default bound is 4
     assert final["target"] is None and set(final["assignment"]) == {0, 1}
+
+
+def test_a_rescaled_layout_is_home_for_the_load_policy() -> None:
+    """Even loads after a rescale move nothing; a split is merged back to the rescaled layout."""
+    target = rescale_target(Layout.default(4), 3)
+    even = {s: 100 for s in range(target.slots)}
+    assert plan_layout(target, even, active=3, home=target)[0] is None
+    hot = {s: (2000 if s == 0 else 100) for s in range(target.slots)}
+    split, _ = plan_layout(target, hot, active=3, home=target)
+    assert split is not None and set(split.assignment) <= {0, 1, 2}
+    back, why = plan_layout(split, even, active=3, home=target)
+    assert back == target and why.startswith("even")

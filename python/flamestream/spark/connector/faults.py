@@ -17,7 +17,9 @@ computed, before Spark logs it), ``front.read``
 in graphs' keyed stages, ``graph.keyed.saved`` (a task wrote its state snapshot, its output
 not yet sent on); in graphs with a loop channel, ``graph.loop.sent`` (a task wrote the items it
 sends into the loop and their ack contributions) and ``graph.loop.received`` (a loop read task
-recorded its receipts, its items not yet returned).
+recorded its receipts, its items not yet returned); in elastic graphs, ``control.plan`` (the
+control channel decided a new layout, consuming requests, before Spark logs it; the batch is
+the one being planned).
 """
 
 from __future__ import annotations

@@ -99,17 +99,19 @@ class LoopReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 #: -> (the next offset, the decision in words). Handlers return new dicts, never mutate.
 RequestHandler = Callable[[dict[str, Any], Request, int], tuple[dict[str, Any], str]]
 
-#: The offset's fields that hold for the batch; the others (reason, requests, moved,
-#: movedBytes) explain one planning and do not by themselves make a batch.
-_DECIDED = ("assignment", "active", "target", "consumed")
+#: The offset's fields that explain one planning; every other field holds for the batch (a
+#: handler may add its own), and only a change of those makes a batch.
+_EXPLAINING = frozenset({"decisions", "reason", "requests", "moved", "movedBytes", "cluster"})
 
 
 class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The control channel: no rows; its offset is the layout of the batch (see module doc).
 
     The offset also holds the active partition count ``active``, the layout a migration is
-    on its way to (``target``, None when none is), and the name of the last request consumed
-    (``consumed``); ``reason``, ``requests``, ``moved`` and ``movedBytes`` say why.
+    on its way to (``target``, None when none is), the layout a merge goes back to (``home``:
+    the last rescale's target; None: the default over the active partitions) and the name of
+    the last request consumed (``consumed``); ``reason``, ``requests``, ``moved`` and
+    ``movedBytes`` say why.
     """
 
     def __init__(
@@ -139,7 +141,8 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The default layout over the policy's initial active partitions."""
         active = self.policy.active or self.key_partitions
         layout = Layout.default(self.key_partitions, active)
-        return {**_offset(layout, 0, "default"), "active": active, "target": None, "consumed": ""}
+        start = {"active": active, "target": None, "home": None, "consumed": ""}
+        return {**_offset(layout, 0, "default"), **start}
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Nothing to fix: a layout decision is the only thing that moves this offset."""
@@ -170,38 +173,37 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
            one snapshot per slot it holds; a moved slot's state thus moves with the batch
            that moves it, and a partition holding no slot gets no keyed rows.
         """
-        checkpoint = QueryCheckpoint(self.checkpoint)
-        last = checkpoint.last_committed_batch()
-        before = {
-            "assignment": list(start["assignment"]),
-            "active": int(start.get("active", start["partitions"])),
-            "target": start.get("target"),
-            "consumed": str(start.get("consumed", "")),
-        }
+        last = QueryCheckpoint(self.checkpoint).last_committed_batch()
+        before = {k: v for k, v in start.items() if k not in _EXPLAINING}
+        before.update(
+            active=int(start.get("active", start["partitions"])),
+            target=start.get("target"),
+            home=start.get("home"),
+            consumed=str(start.get("consumed", "")),
+        )
         notes: list[dict[str, str]] = []
-        state = self._consume({**start, **before}, last, notes)
+        state = self._consume(before, last, notes)
         state, followed = self._follow(state, last)
         state, reason, moved = self._move(state, last)
-        if all(state[k] == before[k] for k in _DECIDED):
+        if state == before:
             return start
         reasons = [f"{n['kind']} {n['request']}: {n['decision']}" for n in notes]
         reasons += [why for why in (followed, reason) if why]
-        layout = Layout(int(start["partitions"]), tuple(state["assignment"]))
-        offset = _offset(layout, int(start["decisions"]) + 1, "; ".join(reasons))
-        offset.update({k: state[k] for k in ("active", "target", "consumed")})
+        offset = {**state, "decisions": int(start["decisions"]) + 1, "reason": "; ".join(reasons)}
         if notes:
             offset["requests"] = notes
         if moved is not None:
             offset["moved"], offset["movedBytes"] = moved
         if followed and self.follower is not None and self.follower.seen is not None:
             offset["cluster"] = self.follower.seen.as_dict()
+        crash_point("control.plan", last + 1)  # decided (requests consumed), not logged yet
         return offset
 
     def _follow(self, state: dict[str, Any], last: int) -> tuple[dict[str, Any], str]:
         """Rescale to the cores the application has (``follow_cluster``, :mod:`.cluster`).
 
         Once per committed batch, before the migration step (step 3 of :meth:`latestOffset`):
-        a new active count sets a target over that many partitions, as ``rescale(n)`` does.
+        a new active count is handled exactly as a ``rescale(n)`` request would be.
         """
         if self.follower is None or last <= self.follower.judged:
             return state, ""
@@ -209,12 +211,9 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         active, why = self.follower.decide(self.checkpoint, last, int(state["active"]), loads)
         if active is None:
             return state, ""
-        current = Layout(self.key_partitions, tuple(state["assignment"]))
-        target = rescale_target(current, active, loads)
-        moves = len(current.moves_to(target))
-        return {**state, "active": active, "target": list(target.assignment) if moves else None}, (
-            f"{why}, {moves} slots to move"
-        )
+        asked = Request(name="", kind="rescale", body={"active": active})
+        state, decision = self._rescale(state, asked, last)
+        return state, f"{why}: {decision}"
 
     def _consume(
         self, state: dict[str, Any], last: int, notes: list[dict[str, str]]
@@ -254,7 +253,12 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         current = Layout(partitions, tuple(state["assignment"]))
         target = rescale_target(current, active, SlotLoads(self.state_url).read(last))
         moves = len(current.moves_to(target))
-        new = {**state, "active": active, "target": list(target.assignment) if moves else None}
+        new = {
+            **state,
+            "active": active,
+            "target": list(target.assignment) if moves else None,
+            "home": list(target.assignment),  # where a merge after a split goes back to
+        }
         return new, f"{state['active']} -> {active} active partitions, {moves} slots to move"
 
     def _move(
@@ -270,7 +274,10 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             loads = store.read(last)
             store.forget_before(last)
             if loads:
-                better, why = plan_layout(current, loads, self.policy, state["active"])
+                home = (
+                    None if state.get("home") is None else Layout(partitions, tuple(state["home"]))
+                )
+                better, why = plan_layout(current, loads, self.policy, state["active"], home)
                 if better is not None and better != current:
                     state = {**state, "target": list(better.assignment)}
                     reason = f"after batch {last}: {why}"

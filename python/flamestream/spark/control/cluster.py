@@ -87,7 +87,10 @@ class ClusterFollower:
     def decide(
         self, checkpoint: str, last: int, current: int, slot_loads: Mapping[int, int] | None
     ) -> tuple[int | None, str]:
-        """After committed batch ``last``: the active count to rescale to (or None), and why."""
+        """After committed batch ``last``: the active count to rescale to (or None), and why.
+
+        ``current``: the active count now; ``slot_loads``: items per slot in batch ``last``.
+        """
         if last <= self.judged:
             return None, ""
         self.judged = last
@@ -107,7 +110,4 @@ class ClusterFollower:
         self.pending, act = settle_step(self.pending, desired, current, self.settle)
         if act is None:
             return None, ""
-        return act, (
-            f"cluster: {seen.executors} executors, {seen.cores} cores after batch {last}: "
-            f"{current} -> {act} active partitions"
-        )
+        return act, f"cluster: {seen.executors} executors, {seen.cores} cores after batch {last}"

@@ -18,6 +18,12 @@ of the ranges it had split). A new
 layout changes the control channel's offset; an unchanged one does not, so the control channel
 never makes a batch happen by itself except to carry a decision. A replayed batch reads the
 same offsets, hence the same layout, hence restores the same slots.
+
+Of the ``P`` key partitions (the shuffle's, fixed per checkpoint), ``n`` are *active*: the
+slots are laid out over partitions ``0 … n-1`` only. A rescale request changes ``n``: the
+reader computes a target layout (:func:`rescale_target`) and moves a bounded number of slots
+towards it per batch (:func:`migration_step`), the target staying in the offset until it is
+reached (the protocol: ``ControlReader.latestOffset``). Every function here is pure.
 """
 
 from __future__ import annotations
@@ -213,10 +219,13 @@ def plan_layout(
     slot_loads: Mapping[int, int],
     policy: ElasticPolicy | None = None,
     active: int | None = None,
+    home: Layout | None = None,
 ) -> tuple[Layout | None, str]:
     """A better layout over ``active`` partitions for these loads, or None (pure).
 
-    See the module docstring; ``active`` (default: all) partitions hold slots.
+    See the module docstring; ``active`` (default: all) partitions hold slots. ``home`` is
+    the layout a merge goes back to: the last rescale's target (default: slot ``s`` in
+    partition ``s mod active``), so that a rescaled layout is not moved again for nothing.
     """
     policy = policy or ElasticPolicy()
     n = current.partitions if active is None else active
@@ -226,9 +235,9 @@ def plan_layout(
     mean = total / n
     loads = current.loads(slot_loads)
     hottest = max(loads)
-    default = Layout.default(current.partitions, n)
+    default = home or Layout.default(current.partitions, n)
     if current != default and max(default.loads(slot_loads)) <= policy.even * mean:
-        return default, f"even under the default layout (max {max(default.loads(slot_loads))})"
+        return default, f"even under the home layout (max {max(default.loads(slot_loads))})"
     if hottest <= policy.skew * mean:
         return None, f"balanced (max {hottest}, mean {mean:.0f})"
     packed = [0] * n
