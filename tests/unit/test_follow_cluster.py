@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from flamestream.jvm import Executors
-from flamestream.spark.control.cluster import ClusterFollower, Pending, settle_step
+from flamestream.spark.control.cluster import ClusterFollower, Pending, batch_ms, settle_step
 from flamestream.spark.control.key_layout import ElasticPolicy
 
 
@@ -45,3 +46,23 @@ def test_the_policy_carries_following_as_channel_options():
     assert options["followCluster"] == "true" and options["settle"] == "3"
     assert options["targetLatencyMs"] == "500"
     assert "followCluster" not in ElasticPolicy().options()
+
+
+def test_a_batch_lasts_from_its_offset_to_its_commit(tmp_path: Path):
+    for folder, written in (("offsets", 1000.0), ("commits", 1002.5)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "3").write_text("v1")
+        os.utime(tmp_path / folder / "3", (written, written))
+    assert batch_ms(str(tmp_path), 3) == 2500.0
+    assert batch_ms(str(tmp_path), 4) is None  # not committed (not even planned)
+
+
+def test_a_budget_holds_the_count_while_batches_are_well_within_it(tmp_path: Path):
+    for folder, written in (("offsets", 1000.0), ("commits", 1000.1)):  # a 100 ms batch
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "0").write_text("v1")
+        os.utime(tmp_path / folder / "0", (written, written))
+    relaxed = ClusterFollower(4, settle=1, target_ms=1000, read=lambda: Executors(2, 4))
+    assert relaxed.decide(str(tmp_path), 0, 1, {}) == (None, "")  # 100 ms <= 500 ms: hold
+    pressed = ClusterFollower(4, settle=1, target_ms=150, read=lambda: Executors(2, 4))
+    assert pressed.decide(str(tmp_path), 0, 1, {})[0] == 4  # over half the budget: the cores
