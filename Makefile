@@ -17,7 +17,7 @@ SHIM_SOURCES := jvm-shim/pom.xml $(wildcard jvm-shim/src/main/java/io/flamestrea
 export PYSPARK_PYTHON := $(abspath $(VENV)/bin/flamestream-python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VENV)/bin/flamestream-python)
 
-.PHONY: help setup run test unit lint format bench bench-spark bench-compare soak clean wheel constraints
+.PHONY: help setup run test unit lint format bench bench-spark bench-rescale bench-compare soak clean wheel constraints
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -81,7 +81,7 @@ unit: setup  ## only the fast unit tests (no Spark)
 bench: setup  ## run the benchmark harness, print JSON ratios
 	$(PY) -m benchmarks.bench
 
-bench-spark: setup  ## Spark benchmarks: connectors vs built-ins, graphs vs plain PySpark, barrier, controller, skew, budgets, worker memory, per-batch cost
+bench-spark: setup  ## Spark benchmarks: connectors vs built-ins, graphs vs plain PySpark, barrier, controller, skew, budgets, worker memory, per-batch cost, rescale on a growing cluster
 	$(PY) -m benchmarks.spark_passthrough
 	$(PY) -m benchmarks.spark_kafka
 	$(PY) -m benchmarks.spark_graphs
@@ -91,6 +91,13 @@ bench-spark: setup  ## Spark benchmarks: connectors vs built-ins, graphs vs plai
 	$(PY) -m benchmarks.spark_budgets
 	$(PY) -m benchmarks.spark_memory
 	$(PY) -m benchmarks.spark_batches
+	$(PY) -m benchmarks.spark_rescale $(RESCALE_ARGS)
+
+# A standalone cluster on this machine, one 1-core Worker and a second joining mid-run: the
+# active partitions follow the cores, against Spark's stop + state repartition + restart.
+# Flags: RESCALE_ARGS, e.g. make bench-rescale RESCALE_ARGS="--rows-per-batch 5000 --batches 10".
+bench-rescale: setup  ## rescale on a growing standalone cluster vs Spark's stop/repartition/restart: JSON
+	$(PY) -m benchmarks.spark_rescale $(RESCALE_ARGS)
 
 # Word count against plain PySpark, Bytewax 0.21.1, Pathway 0.33.0 and collections.Counter;
 # the peers run in virtualenvs made under .bench/venvs on first use. Flags: COMPARE_ARGS,

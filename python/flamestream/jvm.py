@@ -33,6 +33,7 @@ import subprocess
 import sys
 import zipfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -267,6 +268,55 @@ class Shim:
     def tasks(self) -> dict[str, list[dict[str, Any]]]:
         """Per query id, recent batches' tasks per stage: [partition, ms, rows in, rows out]."""
         return dict(self.request("tasks")["tasks"])
+
+    def executors(self) -> Executors:
+        """The application's live executors and their cores (the plugin's listener's view)."""
+        reply = self.request("executors")
+        return Executors(
+            executors=int(reply["executors"]),
+            cores=int(reply["cores"]),
+            hosts=tuple(
+                (str(e["id"]), str(e["host"]), int(e["cores"])) for e in reply.get("list", [])
+            ),
+            added=int(reply.get("added", 0)),
+            removed=int(reply.get("removed", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class Executors:
+    """The live executors of a Spark application, as the scheduler announced them.
+
+    On ``local[N]`` the driver is the one executor, with ``N`` cores; on a cluster each
+    executor a Worker started (or dynamic allocation asked for) counts until it is removed.
+    """
+
+    executors: int  #: live executors
+    cores: int  #: their cores in total: how many tasks the application runs at once
+    hosts: tuple[tuple[str, str, int], ...] = ()  #: (executor id, host, cores) of each
+    added: int = 0  #: executors ever added
+    removed: int = 0  #: executors ever removed
+
+    def as_dict(self) -> dict[str, int]:
+        """``{"executors": n, "cores": c}``."""
+        return {"executors": self.executors, "cores": self.cores}
+
+
+def cluster_executors(shim: Shim | None = None) -> Executors | None:
+    """The live executors and cores of the application that started this process.
+
+    For the driver host's Python processes Spark starts (the fronts' and the control
+    channel's source process, sink commits), which have no Spark session: asked of the shim's
+    endpoint. None without a running shim (the plugin is not configured) or when it does not
+    answer; callers then keep what they decided last.
+    """
+    shim = shim if shim is not None else Shim.find()
+    if shim is None:
+        return None
+    try:
+        return shim.executors()
+    except (ShimError, KeyError, ValueError):
+        return None
 
 
 def conf_defaults(shim: Shim | None = None) -> dict[str, str]:

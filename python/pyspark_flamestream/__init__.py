@@ -37,7 +37,14 @@ from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.connector.sink import BarrierWriter, SinkOutput
 from flamestream.spark.control.budgeted import BudgetPolicy
 from flamestream.spark.control.channels import ControlReader, LoopReader
-from flamestream.spark.control.key_layout import EVEN, GAIN, MIN_ITEMS, SKEW, ElasticPolicy
+from flamestream.spark.control.key_layout import (
+    EVEN,
+    FOLLOW_SETTLE,
+    GAIN,
+    MIN_ITEMS,
+    SKEW,
+    ElasticPolicy,
+)
 from flamestream.spark.exec.items import ITEM_SCHEMA
 
 #: The fronts and sinks by kind: (module, class). Only the chosen one is imported: every query
@@ -123,6 +130,9 @@ class FlameStreamDataSource(DataSource):
             active=options.optional_integer("active", minimum=1),
             max_move_slots=options.optional_integer("maxMoveSlots", minimum=1),
             max_move_bytes=options.optional_integer("maxMoveBytes", minimum=1),
+            follow_cluster=options.boolean("followCluster", False),
+            settle=options.integer("settle", FOLLOW_SETTLE, minimum=1),
+            target_latency_ms=options.optional_integer("targetLatencyMs", minimum=1),
             skew=options.number("skew", SKEW, minimum=1.0),
             even=options.number("even", EVEN, minimum=1.0),
             min_items=options.integer("minItems", MIN_ITEMS, minimum=1),

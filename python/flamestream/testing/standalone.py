@@ -153,7 +153,7 @@ class StandaloneCluster:
     ``start()`` (or ``with StandaloneCluster() as cluster:``) starts them and returns once the
     Master lists every Worker ALIVE; ``stop()`` ends every process they started and removes the
     temporary directory. A test kills a Worker with :meth:`kill_worker` and starts it again with
-    :meth:`restart_worker`.
+    :meth:`restart_worker`, or starts one more with :meth:`add_worker`.
 
     Args:
         workers: how many Workers (each offers ``worker_cores`` cores and ``worker_memory``).
@@ -285,12 +285,13 @@ class StandaloneCluster:
         self._master = self._launch("master", _MASTER_MAIN, args, port)
         self._workers = [self._launch_worker(i) for i in range(self._count)]
 
-    def _launch_worker(self, index: int) -> _Daemon:
+    def _launch_worker(self, index: int, cores: int | None = None) -> _Daemon:
         port, webui = free_ports(2)
         work = self.workdir / f"work-{index}"
         work.mkdir(exist_ok=True)
+        offered = str(cores if cores is not None else self._cores)
         args = ["--host", "127.0.0.1", "--port", str(port), "--webui-port", str(webui)]
-        args += ["--cores", str(self._cores), "--memory", self._memory, "--work-dir", str(work)]
+        args += ["--cores", offered, "--memory", self._memory, "--work-dir", str(work)]
         return self._launch(f"worker-{index}", _WORKER_MAIN, [*args, self.master_url], port)
 
     def _launch(self, name: str, main: str, args: list[str], port: int) -> _Daemon:
@@ -371,6 +372,28 @@ class StandaloneCluster:
         worker.process.wait(timeout=30)
         logger.info("killed Spark %s (pid %d)", worker.name, worker.process.pid)
         return worker.process.pid
+
+    def add_worker(self, timeout: float = 120.0, *, cores: int | None = None) -> int:
+        """Start one more Worker on the running cluster and wait until the Master lists it ALIVE.
+
+        An application whose ``spark.cores.max`` allows it gets an executor there at once (the
+        Master schedules free cores when a Worker registers). ``cores``: what the new Worker
+        offers (default: ``worker_cores``).
+
+        Returns:
+            the new Worker's index (for :meth:`kill_worker`, :meth:`worker_state` …).
+
+        Raises:
+            StandaloneClusterError: the cluster is not started, the Worker exited, or it was not
+                ALIVE within ``timeout`` s (the message carries the logs' tails).
+
+        """
+        self._started_master()
+        index = len(self._workers)
+        self._workers.append(self._launch_worker(index, cores))
+        self._wait_until_alive(time.monotonic() + timeout)
+        logger.info("added Spark worker-%d (pid %d)", index, self._workers[index].process.pid)
+        return index
 
     def restart_worker(self, index: int, timeout: float = 120.0) -> int:
         """Start Worker ``index`` again (after :meth:`kill_worker`) and wait until it is ALIVE.

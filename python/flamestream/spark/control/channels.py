@@ -18,6 +18,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailable
 
 from flamestream.spark.connector.faults import crash_point
 from flamestream.spark.control.budgeted import BudgetController, BudgetPolicy
+from flamestream.spark.control.cluster import ClusterFollower
 from flamestream.spark.control.key_layout import (
     ElasticPolicy,
     Layout,
@@ -102,7 +103,7 @@ RequestHandler = Callable[[dict[str, Any], Request, int], tuple[dict[str, Any], 
 
 #: The offset's fields that explain one planning; every other field holds for the batch (a
 #: handler may add its own), and only a change of those makes a batch.
-_EXPLAINING = frozenset({"decisions", "reason", "requests", "moved", "movedBytes"})
+_EXPLAINING = frozenset({"decisions", "reason", "requests", "moved", "movedBytes", "cluster"})
 
 
 class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -130,6 +131,15 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.budget = BudgetController(budget, partitions) if budget is not None else None
         self._judged = -1  # the newest batch whose loads were judged (driver side)
         self.handlers = self._handlers()
+        self.follower = self._follower()
+
+    def _follower(self) -> ClusterFollower | None:
+        """What reads the cluster's cores (``follow_cluster``), with no reading made yet."""
+        if not self.policy.follow_cluster:
+            return None
+        return ClusterFollower(
+            self.key_partitions, self.policy.settle, self.policy.target_latency_ms
+        )
 
     def _handlers(self) -> dict[str, RequestHandler]:
         """Per request kind, what consumes it (each kind's owner adds its handler here)."""
@@ -162,7 +172,9 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         2. Consume the requests submitted after that one, in order, each through its kind's
            handler (:meth:`_consume`); ``rescale(n)`` sets ``active = n`` and a target laid
            out over partitions ``0 … n-1`` (:func:`rescale_target`), replacing any target
-           still in progress (the migration goes on from where it is).
+           still in progress (the migration goes on from where it is). With
+           ``follow_cluster``, the application's cores may then set a new active count and
+           target the same way (:meth:`_follow`), recorded with the cores (``cluster``).
         3. With a target in progress, move the next slots towards it, at most the policy's
            slots and bytes (:func:`migration_step`); the target reached, it is cleared.
            Without one, judge the loads of the last committed batch (once per batch): a
@@ -185,19 +197,37 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         notes: list[dict[str, str]] = []
         state = self._consume(before, last, notes)
+        state, followed = self._follow(state, last)
         state, reason, moved = self._move(state, last)
         if state == before:
             return start
         reasons = [f"{n['kind']} {n['request']}: {n['decision']}" for n in notes]
-        if reason:
-            reasons.append(reason)
+        reasons += [why for why in (followed, reason) if why]
         offset = {**state, "decisions": int(start["decisions"]) + 1, "reason": "; ".join(reasons)}
         if notes:
             offset["requests"] = notes
         if moved is not None:
             offset["moved"], offset["movedBytes"] = moved
+        if followed and self.follower is not None and self.follower.seen is not None:
+            offset["cluster"] = self.follower.seen.as_dict()
         crash_point("control.plan", last + 1)  # decided (requests consumed), not logged yet
         return offset
+
+    def _follow(self, state: dict[str, Any], last: int) -> tuple[dict[str, Any], str]:
+        """Rescale to the cores the application has (``follow_cluster``, :mod:`.cluster`).
+
+        Once per committed batch, before the migration step (step 3 of :meth:`latestOffset`):
+        a new active count is handled exactly as a ``rescale(n)`` request would be.
+        """
+        if self.follower is None or last <= self.follower.judged:
+            return state, ""
+        loads = SlotLoads(self.state_url).read(last)
+        active, why = self.follower.decide(self.checkpoint, last, int(state["active"]), loads)
+        if active is None:
+            return state, ""
+        asked = Request(name="", kind="rescale", body={"active": active})
+        state, decision = self._rescale(state, asked, last)
+        return state, f"{why}: {decision}"
 
     def _consume(
         self, state: dict[str, Any], last: int, notes: list[dict[str, str]]
@@ -336,6 +366,7 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state["_judged"] = -1
         state["handlers"] = {}
         state["budget"] = None if self.budget is None else replace(self.budget, setting=None)
+        state["follower"] = self._follower()  # a fresh reading in the unpickled copy
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -128,6 +128,10 @@ class Layout:
         ]
 
 
+#: Batches in a row a count desired from the cluster's cores must hold before it is acted upon.
+FOLLOW_SETTLE = 2
+
+
 #: How errors name an elastic policy's options.
 POLICY = "elastic policy"
 
@@ -145,13 +149,19 @@ class ElasticPolicy:
     key partitions); afterwards ``QueryControl.rescale(n)`` changes it. ``max_move_slots`` and
     ``max_move_bytes``: at most this many slots, and this many bytes of their newest state
     snapshots, move into one batch (None: ``max(4, slots // 8)`` slots, no byte bound); one
-    slot always moves, so a migration ends whatever its slots weigh. ``skew``, ``even``,
-    ``min_items``, ``gain``: when loads alone move slots (see :func:`plan_layout`).
+    slot always moves, so a migration ends whatever its slots weigh. ``follow_cluster``: the
+    active count follows the cores the application has (:mod:`.cluster`), changed once the
+    same count was desired after ``settle`` batches in a row, and held while batches take at
+    most half of ``target_latency_ms`` (None: no budget, the cores decide). ``skew``,
+    ``even``, ``min_items``, ``gain``: when loads alone move slots (see :func:`plan_layout`).
     """
 
     active: int | None = None
     max_move_slots: int | None = None
     max_move_bytes: int | None = None
+    follow_cluster: bool = False
+    settle: int = FOLLOW_SETTLE
+    target_latency_ms: int | None = None
     skew: float = SKEW
     even: float = EVEN
     min_items: int = MIN_ITEMS
@@ -162,6 +172,8 @@ class ElasticPolicy:
             ("active", self.active, "an int >= 1 (at most the key partitions), or None for all"),
             ("max_move_slots", self.max_move_slots, "an int >= 1, or None for slots // 8"),
             ("max_move_bytes", self.max_move_bytes, "an int >= 1, or None for no byte bound"),
+            ("settle", self.settle, "an int >= 1"),
+            ("target_latency_ms", self.target_latency_ms, "an int >= 1, or None for no budget"),
         ):
             if value is None:
                 continue
@@ -192,9 +204,13 @@ class ElasticPolicy:
             ("active", self.active),
             ("maxMoveSlots", self.max_move_slots),
             ("maxMoveBytes", self.max_move_bytes),
+            ("targetLatencyMs", self.target_latency_ms),
         ):
             if value is not None:
                 out[name] = str(value)
+        if self.follow_cluster:
+            out["followCluster"] = "true"
+            out["settle"] = str(self.settle)
         return out
 
 

@@ -24,7 +24,8 @@ import org.apache.spark.api.plugin.SparkPlugin;
  * driver's block manager directories, the one path every Python process Spark starts on the
  * driver host is given ({@code SPARK_LOCAL_DIRS}); registers the gauges the Python side
  * pushes (front backlog, min-time lag, sink buffer, state, controller decisions) with
- * Spark's metrics system. Executor part: counts the executor's finished and failed tasks.
+ * Spark's metrics system; keeps the application's live executors and their cores
+ * ({@link ExecutorListener}). Executor part: counts the executor's finished and failed tasks.
  */
 public class FlameStreamPlugin implements SparkPlugin {
   /** The rendezvous file's name, in each of the driver's block manager directories. */
@@ -54,7 +55,10 @@ public class FlameStreamPlugin implements SparkPlugin {
     @Override
     public Map<String, String> init(SparkContext sc, PluginContext context) {
       try {
-        server = new ShimServer(sc.getConf(), sc.version());
+        // before the scheduler starts (plugins are initialised first): every executor is seen
+        ExecutorListener executors = new ExecutorListener();
+        sc.addSparkListener(executors);
+        server = new ShimServer(sc.getConf(), sc.version(), executors);
         server.start();
         Map<String, Object> card = new LinkedHashMap<>();
         card.put("shim", ShimServer.VERSION);

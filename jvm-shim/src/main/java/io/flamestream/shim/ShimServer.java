@@ -32,7 +32,8 @@ import scala.jdk.javaapi.CollectionConverters;
  * <p>Operations: {@code hello} (versions), {@code conf} ({@code spark.flamestream.*} of the
  * default session, over the Spark configuration, and the context's default parallelism), {@code progress} (optionally only events
  * containing {@code match}, the {@code last} few) and {@code tasks} (what the listeners
- * collected), {@code metrics} (set gauges), {@code gauges} (their values).
+ * collected), {@code metrics} (set gauges), {@code gauges} (their values), {@code executors}
+ * (the application's live executors and their cores).
  */
 final class ShimServer implements Runnable {
   static final String VERSION = "0.1.0";
@@ -42,15 +43,18 @@ final class ShimServer implements Runnable {
   private final String secret;
   private final SparkConf sparkConf;
   private final String sparkVersion;
+  private final ExecutorListener executors;
   private final ObjectMapper json = new ObjectMapper();
 
-  ShimServer(SparkConf sparkConf, String sparkVersion) throws IOException {
+  ShimServer(SparkConf sparkConf, String sparkVersion, ExecutorListener executors)
+      throws IOException {
     this.socket = new ServerSocket(0, 50, InetAddress.getLoopbackAddress());
     byte[] bytes = new byte[24];
     new SecureRandom().nextBytes(bytes);
     this.secret = HexFormat.of().formatHex(bytes);
     this.sparkConf = sparkConf;
     this.sparkVersion = sparkVersion;
+    this.executors = executors;
   }
 
   int port() {
@@ -145,6 +149,7 @@ final class ShimServer implements Runnable {
         reply.put("metrics", telemetry.metrics().size());
       }
       case "gauges" -> reply.put("gauges", telemetry.metrics());
+      case "executors" -> reply.putAll(executors.snapshot());
       default -> reply.put("error", "unknown op: " + op);
     }
   }
