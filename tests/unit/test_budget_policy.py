@@ -9,11 +9,15 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import pytest
 from benchmarks.lib.budget_model import Run, Workload, controller, fixed, simulate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from flamestream.errors import ConfigError
+from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.control.admission import HISTORY, CostModel, Tick, decide
+from flamestream.spark.control.budgeted import BudgetPolicy
 from flamestream.spark.control.policy import (
     GROWTH_WINDOW,
     Budgets,
@@ -261,3 +265,16 @@ def test_controller_beats_fixed_settings_in_budget() -> None:
     best = min(held, key=lambda r: r["p99_ms"])
     assert mine["p99_ms"] <= best["p99_ms"]
     assert mine["rows_per_second"] >= best["rows_per_second"] * 0.99
+
+
+def test_burst_share_option_round_trip() -> None:
+    """``BudgetPolicy(burst_share=)`` reaches the policy through the control channel's
+    options; a bound below the observed share is refused before the query starts."""
+    policy = BudgetPolicy(max_state_bytes_per_partition=10**6, burst_share=3.0)
+    parsed = BudgetPolicy.parse(OptionReader("control", policy.options(cores=2)))
+    assert parsed is not None and parsed.burst_share == 3.0
+    assert parsed.budgets(4).burst_share == 3.0
+    cautious = BudgetPolicy.parse(OptionReader("control", {"budget": "on", "burstShare": "inf"}))
+    assert cautious is not None and cautious.budgets(4).burst_share == math.inf
+    with pytest.raises(ConfigError, match="burstShare"):
+        BudgetPolicy.parse(OptionReader("control", {"budget": "on", "burstShare": "0.5"}))
