@@ -243,8 +243,9 @@ class BudgetController:
         if beyond:
             log.warning(
                 "budget policy after batch %d: the batch went beyond the declared bounds, "
-                "the memory budget was not guaranteed for it (%s); raise burstShare if "
-                "this recurs",
+                "the memory budget was not guaranteed for it (%s); a partition over its "
+                "burst bound again and again: raise burstShare; growth over the estimate: "
+                "the batch created keys faster than the last ones (the next cap uses it)",
                 batch,
                 "; ".join(beyond),
             )
