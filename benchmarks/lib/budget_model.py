@@ -3,8 +3,11 @@
 Rows arrive at ``rate`` rows/s, ``burst_factor`` x that during the burst. During the hot
 window ``hot_share`` of the rows fall on ``hot_slots`` (which share one partition under the
 default layout), the rest spread evenly. Each item adds ``row_bytes`` to its slot's state for
-``window_ticks`` ticks (a session that closes). A tick of ``rows`` takes ``overhead_ms +
-per_row_ms x max(hottest partition's rows, rows / min(active, cores))`` plus the moved
+``window_ticks`` ticks (a session that closes); during the first ``warm_ticks`` ticks an item
+adds ``new_key_bytes`` instead (the key-creating start, when set). The measured growth of a
+slot is what the tick's items added (expiry aside, as a task that sees its writes). A tick
+of ``rows`` takes ``overhead_ms + per_row_ms x max(hottest partition's rows, rows /
+min(active, cores))`` plus the moved
 state's transfer: the partitions run on ``cores`` in parallel, the hottest one last.
 
 A run drives either fixed settings (read limit x active partitions) or the policy, tick by
@@ -37,6 +40,8 @@ class Workload:
     hot_share: float = 0.8
     row_bytes: int = 200
     window_ticks: int = 4
+    warm_ticks: int = 0
+    new_key_bytes: int = 0
     overhead_ms: float = 300.0
     per_row_ms: float = 0.05
     move_ms_per_mb: float = 20.0
@@ -97,7 +102,12 @@ class Run:
             "ticks": len(self.ticks),
             "peak_state_bytes_per_partition": self.peak_partition_bytes,
             "budget_held": budget is None or self.peak_partition_bytes <= budget,
+            "surprises": self.surprises(),
         }
+
+    def surprises(self) -> int:
+        """Decisions that found the tick before them beyond the policy's declared bounds."""
+        return sum(any(r.startswith("surprise") for r in t["reasons"]) for t in self.ticks)
 
 
 #: A run that has not drained after this many ticks is stuck (a bug, not a result).
@@ -165,7 +175,7 @@ def simulate(
     """
     slots = budgets.slots
     arrivals = _Arrivals(workload)
-    history: list[tuple[int, ...]] = []  # items per slot, newest last (state's window)
+    history: list[tuple[int, ...]] = []  # bytes added per slot, newest last (state's window)
     setting, measured, run, now = start, list[Measurement](), Run(), 0.0
     moved_bytes, reading = 0, start.limit  # the limit the next tick reads with
     while now < workload.seconds or arrivals.queue:
@@ -179,12 +189,16 @@ def simulate(
             msg = f"simulation: no end after {MAX_TICKS} ticks ({backlog} rows left)"
             raise RuntimeError(msg)
         items = workload.slot_items(now, rows, slots)
-        before = [workload.row_bytes * sum(h[s] for h in history) for s in range(slots)]
+        per_item = workload.row_bytes
+        if len(run.ticks) < workload.warm_ticks and workload.new_key_bytes:
+            per_item = workload.new_key_bytes
+        added = tuple(per_item * n for n in items)
+        before = [sum(h[s] for h in history) for s in range(slots)]
         partitions = [0] * budgets.partitions
         peak = [0] * budgets.partitions
         for s in range(slots):
             partitions[setting.assignment[s]] += items[s]
-            peak[setting.assignment[s]] += before[s] + workload.row_bytes * items[s]
+            peak[setting.assignment[s]] += before[s] + added[s]
         run.peak_partition_bytes = max(run.peak_partition_bytes, *peak)
         spread = rows / max(1, min(setting.active, workload.cores))
         duration = workload.overhead_ms + workload.per_row_ms * max(max(partitions), spread)
@@ -192,16 +206,15 @@ def simulate(
         now += duration / 1000
         run.latencies += [(now - arrived, n) for arrived, n in arrivals.take(rows)]
         run.rows += rows
-        history = [*history, tuple(items)][-workload.window_ticks :]
-        after = [workload.row_bytes * sum(h[s] for h in history) for s in range(slots)]
-        growth = tuple(a - b for a, b in zip(after, before, strict=True))
+        history = [*history, added][-workload.window_ticks :]
+        after = [sum(h[s] for h in history) for s in range(slots)]
         measured.append(
             Measurement(
                 rows,
                 duration,
                 tuple(items),
                 tuple(after),
-                growth,
+                added,
                 arrivals.backlog(),
                 workload.cores,
             )

@@ -17,7 +17,7 @@ from flamestream.spark.control.budgeted import BudgetPolicy, LimitBoard
 from .conftest import released, run_to_files
 
 #: Per keyed partition: the word count's 200 keys need about half of it over 4 partitions,
-#: so the worst-case bound (a tick's rows all into the fullest partition) binds.
+#: so the memory cap (a partition's burst bound of a tick's rows) binds.
 BUDGET = 40_000
 
 
@@ -80,14 +80,16 @@ def test_budgets_decide_limit_and_layout_and_change_nothing_released(
     budgeted = run(spark, tmp_path / "budgeted", policy)
     assert budgeted == fixed and len(fixed) == 1500
     board = LimitBoard(str(tmp_path / "budgeted" / "flamestream-graph")).entries()
-    assert len(board) >= 10
+    assert len(board) >= 5
+    # the key-creating first batches are forgotten: later ones grow the state less per item
+    assert board[-1]["growthPerItem"] < board[0]["growthPerItem"] / 2, board
     # the state budget held after every batch, and it is what cut the read limit
     assert all(entry["peakPartitionBytes"] <= BUDGET for entry in board), board
     assert any("memory:" in reason for entry in board for reason in entry["reasons"])
     # each front read with the limit published by the decision it names (its offset says)
     published = {entry["after"]: entry["limit"] for entry in board}
     used = [o["budget"] for o in offsets_with(tmp_path / "budgeted", "budget")]
-    assert len(used) >= 10 and used[0] == {"limit": 20, "rows": 20, "after": -1}
+    assert len(used) >= 5 and used[0] == {"limit": 20, "rows": 20, "after": -1}
     for record in used[1:]:
         if record["after"] in published:  # older decisions are gone from the board
             assert record["limit"] == published[record["after"]]

@@ -6,16 +6,25 @@ key range, state per slot that grows per item and expires), and directly on rand
 
 from __future__ import annotations
 
-from benchmarks.lib.budget_model import Workload, controller, fixed, simulate
+import math
+from dataclasses import replace
+
+import pytest
+from benchmarks.lib.budget_model import Run, Workload, controller, fixed, simulate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from flamestream.errors import ConfigError
+from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.control.admission import HISTORY, CostModel, Tick, decide
+from flamestream.spark.control.budgeted import BudgetPolicy
 from flamestream.spark.control.policy import (
+    GROWTH_WINDOW,
     Budgets,
     Measurement,
     Setting,
     apply_moves,
+    burst_bounds,
     growth_per_item,
     plan,
 )
@@ -24,8 +33,12 @@ QUICK = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCh
 
 
 @st.composite
-def workloads(draw: st.DrawFn) -> tuple[Workload, Budgets]:
-    """A bursty, skewed workload and budgets the first tick fits in."""
+def workloads(draw: st.DrawFn, within_bound: bool = False) -> tuple[Workload, Budgets]:
+    """A bursty, skewed workload and budgets the first tick fits in.
+
+    ``within_bound``: no slot receives more than 2x (the default ``burst_share``) its even
+    share of a tick, with a margin for rounding to whole rows.
+    """
     partitions = draw(st.sampled_from([2, 4, 8]))
     slots = 4 * partitions
     hot = draw(st.lists(st.integers(0, slots - 1), min_size=1, max_size=4, unique=True))
@@ -38,7 +51,7 @@ def workloads(draw: st.DrawFn) -> tuple[Workload, Budgets]:
         burst_factor=draw(st.sampled_from([1.0, 10.0, 20.0])),
         hot=(hot_at, hot_at + draw(st.floats(0.5, 6.0))),
         hot_slots=tuple(hot),
-        hot_share=draw(st.floats(0.0, 1.0)),
+        hot_share=draw(st.floats(0.0, 1.0 if not within_bound else most(len(hot), slots))),
         row_bytes=draw(st.sampled_from([50, 200, 1000])),
         window_ticks=draw(st.integers(1, 6)),
         cores=draw(st.integers(1, 4)),
@@ -55,18 +68,66 @@ def workloads(draw: st.DrawFn) -> tuple[Workload, Budgets]:
     return workload, budgets
 
 
+def first_over(run: Run, budget: int) -> int | None:
+    """The first tick during which a partition's state passed ``budget`` (None: none)."""
+    return next((i for i, t in enumerate(run.ticks) if t["peak_partition_bytes"] > budget), None)
+
+
+def reported(run: Run, until: int) -> bool:
+    """Whether a decision up to tick ``until`` reported a tick beyond the declared bounds."""
+    return any(r.startswith("surprise") for t in run.ticks[: until + 1] for r in t["reasons"])
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads(), st.booleans())
-def test_memory_budget_never_exceeded(case: tuple[Workload, Budgets], lag: bool) -> None:
-    """No partition's state passes the budget during any tick, whatever the keys do, also
-    when a decided read limit applies a tick late (``lag``, as the fronts on Spark)."""
+def test_budget_held_or_surprise_reported(case: tuple[Workload, Budgets], lag: bool) -> None:
+    """Whatever the keys do, also when a decided read limit applies a tick late (``lag``, as
+    the fronts on Spark): a partition's state passes the budget only after a decision
+    reported a tick beyond the declared burst bound (never silently)."""
+    workload, budgets = case
+    start = Setting.initial(budgets, workload.cores)
+    run = simulate(workload, budgets, start, controller(budgets), lag=lag)
+    budget = budgets.max_state_bytes_per_partition
+    assert budget is not None
+    over = first_over(run, budget)
+    assert over is None or reported(run, over), run.ticks[: (over or 0) + 1][-5:]
+    assert run.rows == sum(t["rows"] for t in run.ticks) > 0
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads(within_bound=True), st.booleans())
+def test_budget_never_exceeded_within_bound(case: tuple[Workload, Budgets], lag: bool) -> None:
+    """A hot range that keeps to the declared bound (no slot above twice its even share of a
+    tick, so no partition above twice its slots' share): the budget is never passed."""
     workload, budgets = case
     start = Setting.initial(budgets, workload.cores)
     run = simulate(workload, budgets, start, controller(budgets), lag=lag)
     budget = budgets.max_state_bytes_per_partition
     assert budget is not None
     assert run.peak_partition_bytes <= budget, run.ticks[-5:]
-    assert run.rows == sum(t["rows"] for t in run.ticks) > 0
+
+
+def test_hot_range_beyond_bound_is_reported() -> None:
+    """All rows on one key range, beyond twice its partition's share: the decision after
+    the tick says so (partition, rows, bound), the budget still holds here (headroom)."""
+    workload = Workload(
+        seconds=6.0,
+        rate=2000.0,
+        burst_factor=1.0,
+        hot=(2.0, 4.0),
+        hot_slots=(0,),
+        hot_share=1.0,
+        cores=4,
+    )
+    budgets = Budgets(target_latency_ms=2000.0, partitions=4, max_state_bytes_per_partition=10**6)
+    run = simulate(workload, budgets, Setting.initial(budgets, 4), controller(budgets))
+    said = [r for t in run.ticks for r in t["reasons"] if r.startswith("surprise")]
+    assert said and "partition 0 received" in said[0] and "burst bound" in said[0], said
+    assert run.summary(10**6)["surprises"] >= 1
+    calm = replace(workload, hot_share=0.0)
+    quiet = simulate(calm, budgets, Setting.initial(budgets, 4), controller(budgets))
+    assert quiet.surprises() == 0
+    assert run.peak_partition_bytes <= 10**6
 
 
 @QUICK
@@ -80,6 +141,11 @@ def test_decisions_bounded_and_deterministic(case: tuple[Workload, Budgets]) -> 
     assert first.ticks == again.ticks
     assert all(t["moves"] <= budgets.max_moves for t in first.ticks)
     assert all(1 <= t["active"] <= budgets.partitions for t in first.ticks)
+
+
+def most(hot: int, slots: int) -> float:
+    """The largest hot share keeping each hot slot under 2x its even share (a margin)."""
+    return min(1.0, 0.8 * hot / (slots - hot))
 
 
 histories = st.lists(
@@ -114,19 +180,27 @@ def test_hot_range_spread_then_capped() -> None:
     )
     slots = budgets.slots
     setting = Setting(10_000, 2, tuple(s % 2 for s in range(slots)), 100.0)
-    # partition 0 holds 600 kB in its eight slots and took all the items
+    # partition 0 holds 600 kB in its eight slots and took all the items (100 bytes each)
     slot_bytes = tuple(75_000 if s % 2 == 0 else 0 for s in range(slots))
-    items = tuple(1000 if s % 2 == 0 else 0 for s in range(slots))
-    last = Measurement(8000, 900.0, items, slot_bytes, tuple(b // 2 for b in slot_bytes), 0, 2)
+    items = tuple(750 if s % 2 == 0 else 0 for s in range(slots))
+    last = Measurement(6000, 900.0, items, slot_bytes, slot_bytes, 0, 2)
     decided = plan(budgets, setting, [last])
     assert decided.moves, decided.reasons
     assert all(m.source == 0 for m in decided.moves)
     after = apply_moves(setting, decided.moves)
     assert after.assignment == decided.setting.assignment
     held = [sum(b for s, b in enumerate(slot_bytes) if after.assignment[s] == p) for p in range(4)]
-    # the worst case (every row into the fullest partition) fits the budget
-    assert max(held) + decided.setting.limit * 100.0 <= 1_000_000
+    growth = decided.setting.growth_per_item
+    assert growth == 100.0
+    bounds = burst_bounds(budgets, after.assignment, after.active, [last])
+    # each partition's declared worst case (its burst bound of the rows) fits the budget
+    worst = [held[p] + decided.setting.limit * growth * b for p, b in enumerate(bounds)]
+    assert max(worst) <= 1_000_000, worst
     assert decided.setting.limit < 10_000
+    # declaring no bound (every row may land in one partition) caps at least as hard
+    cautious = plan(replace(budgets, burst_share=math.inf), setting, [last])
+    assert max(held) + cautious.setting.limit * growth <= 1_000_000
+    assert cautious.setting.limit <= decided.setting.limit
 
 
 def test_no_growth_measured_reads_little() -> None:
@@ -135,9 +209,41 @@ def test_no_growth_measured_reads_little() -> None:
     assert Setting.initial(budgets, cores=2).limit == 250
     assert Setting.initial(Budgets(partitions=2), cores=2).limit == 2**31 - 1
     idle = Measurement(0, 100.0, (0,) * 8, (0,) * 8, (0,) * 8)
-    assert growth_per_item(None, idle) is None
+    assert growth_per_item(None, [idle]) is None
+    assert growth_per_item(7.0, [idle]) == 7.0
     grew = Measurement(10, 100.0, (10,) + (0,) * 7, (500,) + (0,) * 7, (500,) + (0,) * 7)
-    assert growth_per_item(7.0, grew) == 50.0
+    assert growth_per_item(7.0, [grew]) == 50.0
+
+
+def test_growth_forgets_key_creating_start() -> None:
+    """The first ticks create keys (175 bytes per item), later ones update them (5): after
+    ``GROWTH_WINDOW`` ticks the estimate is the recent rate, unless a partition near its
+    budget grew faster in the last tick."""
+    slots = 8
+
+    def tick(per_item: int, items: int = 100) -> Measurement:
+        return Measurement(
+            items * slots, 100.0, (items,) * slots, (0,) * slots, (per_item * items,) * slots
+        )
+
+    start = [tick(175)] * 2
+    assert growth_per_item(None, start) == 175.0
+    assert growth_per_item(None, [*start, tick(5)]) > 5.0
+    assert growth_per_item(None, [*start, *[tick(5)] * GROWTH_WINDOW]) == 5.0
+    hot = Measurement(800, 100.0, (100,) * slots, (0,) * slots, (9000,) + (500,) * 7)
+    assert growth_per_item(None, [*[tick(5)] * 3, hot], near_budget=[[0]]) == 90.0
+
+
+def test_workload_warm_start_needs_the_window() -> None:
+    """On a simulated key-creating start (1,000 bytes per item for 3 ticks, 100 after), the
+    controller reads more after the window than a policy keeping the start's rate would."""
+    workload = Workload(seconds=20.0, row_bytes=100, new_key_bytes=1000, warm_ticks=3)
+    budgets = Budgets(target_latency_ms=2000.0, partitions=4, max_state_bytes_per_partition=10**6)
+    run = simulate(workload, budgets, Setting.initial(budgets, 2), controller(budgets))
+    assert run.peak_partition_bytes <= 10**6
+    late = [t["next_limit"] for t in run.ticks[3 + GROWTH_WINDOW :]]
+    # under the start's 1,000 bytes per item, 2 partitions of 1 MB hold < 1,000 rows a tick
+    assert max(late) > 2 * 10**6 // 1000
 
 
 def test_controller_beats_fixed_settings_in_budget() -> None:
@@ -159,3 +265,16 @@ def test_controller_beats_fixed_settings_in_budget() -> None:
     best = min(held, key=lambda r: r["p99_ms"])
     assert mine["p99_ms"] <= best["p99_ms"]
     assert mine["rows_per_second"] >= best["rows_per_second"] * 0.99
+
+
+def test_burst_share_option_round_trip() -> None:
+    """``BudgetPolicy(burst_share=)`` reaches the policy through the control channel's
+    options; a bound below the observed share is refused before the query starts."""
+    policy = BudgetPolicy(max_state_bytes_per_partition=10**6, burst_share=3.0)
+    parsed = BudgetPolicy.parse(OptionReader("control", policy.options(cores=2)))
+    assert parsed is not None and parsed.burst_share == 3.0
+    assert parsed.budgets(4).burst_share == 3.0
+    cautious = BudgetPolicy.parse(OptionReader("control", {"budget": "on", "burstShare": "inf"}))
+    assert cautious is not None and cautious.budgets(4).burst_share == math.inf
+    with pytest.raises(ConfigError, match="burstShare"):
+        BudgetPolicy.parse(OptionReader("control", {"budget": "on", "burstShare": "0.5"}))

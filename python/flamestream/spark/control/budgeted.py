@@ -66,7 +66,9 @@ class BudgetPolicy:
     ``max_state_bytes_per_partition``: a keyed partition's state never passes it (None: no
     memory budget); ``min_rows`` / ``max_rows``: read bounds per tick; ``max_moves``: slots
     moved per tick at most; ``cores``: the cores keyed tasks run on (None: Spark's default
-    parallelism when the query starts).
+    parallelism when the query starts); ``burst_share``: the declared burst bound, a keyed
+    partition receives at most this times its observed share of a tick's rows (the memory
+    budget is guaranteed while the input keeps to it; ``math.inf``: any share).
     """
 
     target_latency_ms: float = 5000.0
@@ -75,6 +77,7 @@ class BudgetPolicy:
     max_rows: int | None = None
     max_moves: int = 4
     cores: int | None = None
+    burst_share: float = 2.0
 
     def options(self, cores: int) -> dict[str, str]:
         """As control channel options."""
@@ -83,6 +86,7 @@ class BudgetPolicy:
             "targetLatencyMs": str(self.target_latency_ms),
             "minRecordsPerTrigger": str(self.min_rows),
             "maxMoves": str(self.max_moves),
+            "burstShare": str(self.burst_share),
             "cores": str(self.cores or cores),
         }
         if self.max_state_bytes_per_partition is not None:
@@ -104,6 +108,7 @@ class BudgetPolicy:
             min_rows=self.min_rows,
             max_rows=self.max_rows,
             max_moves=self.max_moves,
+            burst_share=self.burst_share,
         )
 
     @classmethod
@@ -120,6 +125,7 @@ class BudgetPolicy:
             max_rows=options.optional_integer("maxRecordsPerTrigger", minimum=1),
             max_moves=options.integer("maxMoves", 4, minimum=1),
             cores=options.integer("cores", 1, minimum=1),
+            burst_share=options.number("burstShare", 2.0, minimum=1.0),
         )
 
 
@@ -232,6 +238,16 @@ class BudgetController:
                 "(%s); reading waits until it shrinks",
                 batch,
                 "; ".join(decided.reasons),
+            )
+        beyond = [r for r in decided.reasons if r.startswith("surprise")]
+        if beyond:
+            log.warning(
+                "budget policy after batch %d: the batch went beyond the declared bounds, "
+                "the memory budget was not guaranteed for it (%s); a partition over its "
+                "burst bound again and again: raise burstShare; growth over the estimate: "
+                "the batch created keys faster than the last ones (the next cap uses it)",
+                batch,
+                "; ".join(beyond),
             )
         self.setting = decided.setting
         LimitBoard(checkpoint.graph_url).publish(

@@ -10,13 +10,19 @@ decides the next tick's setting together (:func:`plan`):
    batch that ends within half of ``targetLatencyMs``. Active partitions: as many as there
    are cores (more run no faster), at most ``P``.
 2. **Memory, before it is passed.** A partition's state after the next tick is at most its
-   slots' bytes now plus the limit times the largest state growth per item seen so far
-   (every row of the tick may land in one partition: a hot key range). The policy first
-   *spreads*: when a partition's expected state (its share of the tick's growth) would pass
-   ``high_water`` x the budget, it moves that partition's largest slots to the partition
-   with the least state, activating more partitions when the active ones are full. Then
-   it *caps admission* so that even the worst case fits: ``limit <= (budget - bytes) /
-   growth`` for the fullest partition. So the budget holds whatever the next tick's keys.
+   slots' bytes now plus the rows landing on it times the state growth per item. Growth per
+   item: bytes grown over items received, over the last ``GROWTH_WINDOW`` ticks (so the
+   key-creating first ticks are forgotten), never below the last tick's rate of a partition
+   near its budget. Rows landing on a partition: at most its *burst bound*, ``burst_share``
+   x its slots' share of the rows over the same ticks (at least their share of the slots),
+   capped at 1. The policy first *spreads*: when a partition's expected state (its share of
+   the tick's growth) would pass ``high_water`` x the budget, it moves that partition's
+   largest slots to the partition with the least state, activating more partitions when
+   the active ones are full. Then it *caps admission* so that the bound fits: ``limit <=
+   (budget - bytes) / (growth x bound)`` for every partition. So the budget holds while no
+   partition receives more than its bound of a tick and no item grows the state by more than
+   the estimate; a tick that broke either is reported (``surprise`` in the reasons), and the
+   half-budget spread keeps headroom for it.
 3. **Balance.** When one partition carries more than ``SKEW`` x the mean items, its slots
    move to the least loaded partitions while that cuts the hottest one's load.
 
@@ -40,6 +46,9 @@ SLOTS_PER_PARTITION = 4
 #: A partition carrying more than this times the mean items is hot (as the key layout's).
 SKEW = 1.5
 
+#: Ticks over which growth per item and each partition's share of the rows are measured.
+GROWTH_WINDOW = 4
+
 
 @dataclass(frozen=True)
 class Budgets:
@@ -52,6 +61,10 @@ class Budgets:
       partition's state never passes it; None: no memory budget.
     * ``max_moves``: slots moved per tick at most (a rescale spreads over ticks).
     * ``high_water``: a partition expected above this share of the budget is spread.
+    * ``burst_share`` (``burstShare``): the declared burst bound: a partition receives at
+      most this times its observed share of a tick's rows (capped at 1). The memory budget
+      is guaranteed while the input keeps to it; ``inf`` bounds nothing (every row of a
+      tick may land in one partition, the most cautious).
     """
 
     target_latency_ms: float = 5000.0
@@ -62,6 +75,7 @@ class Budgets:
     initial_rows: int | None = None
     max_moves: int = 4
     high_water: float = 0.5
+    burst_share: float = 2.0
 
     def admission(self) -> Budget:
         """The latency part, as the admission controller's budget."""
@@ -105,8 +119,8 @@ class Move:
 class Setting:
     """What a tick runs with (recorded in its offset): the policy's input and output.
 
-    ``growth_per_item``: the largest state growth per item seen so far (None: not measured
-    yet), kept so that the worst-case bound never forgets a burst.
+    ``growth_per_item``: the state growth per item the last decision used (None: not
+    measured yet); the next decision falls back on it when the recent ticks received nothing.
     """
 
     limit: int
@@ -139,16 +153,81 @@ class Plan:
     reasons: tuple[str, ...] = field(default_factory=tuple)
 
 
-def growth_per_item(previous: float | None, measured: Measurement) -> float | None:
-    """The largest growth per item of any slot, over ``previous`` and this tick."""
-    rates = [
-        max(0.0, grown / items)
-        for items, grown in zip(measured.slot_items, measured.slot_growth, strict=False)
-        if items > 0
-    ]
-    if not rates:
-        return previous
-    return max(previous or 0.0, *rates)
+def _window(history: Sequence[Measurement]) -> Sequence[Measurement]:
+    return history[-GROWTH_WINDOW:]
+
+
+def _rate(measured: Sequence[Measurement], slots: Sequence[int]) -> float | None:
+    """Bytes grown per item received by ``slots`` over ``measured`` (None: no items)."""
+    items = sum(m.slot_items[s] for m in measured for s in slots if s < len(m.slot_items))
+    grown = sum(m.slot_growth[s] for m in measured for s in slots if s < len(m.slot_growth))
+    return max(0.0, grown / items) if items > 0 else None
+
+
+def growth_per_item(
+    previous: float | None,
+    history: Sequence[Measurement],
+    near_budget: Sequence[Sequence[int]] = (),
+) -> float | None:
+    """State growth per item: over the last ``GROWTH_WINDOW`` ticks, all slots together.
+
+    Never below the last tick's rate over the slots of a partition near its budget
+    (``near_budget``: their slot lists). ``previous`` when the window received nothing.
+    """
+    window = _window(history)
+    slots = range(max((len(m.slot_items) for m in window), default=0))
+    rates = [_rate(window, slots)] + [_rate(window[-1:], p) for p in near_budget]
+    found = [r for r in rates if r is not None]
+    return max(found) if found else previous
+
+
+def burst_bounds(
+    budgets: Budgets, assignment: Sequence[int], active: int, history: Sequence[Measurement]
+) -> list[float]:
+    """Per partition: the most of a tick's rows it may receive (the declared burst bound).
+
+    ``burst_share`` x the share of the rows its slots received over the last
+    ``GROWTH_WINDOW`` ticks (at least its share of the slots), capped at 1.
+    """
+    window = _window(history)
+    rows = sum(sum(m.slot_items) for m in window)
+    out = []
+    for p in range(max(active, *assignment, 0) + 1):
+        slots = [s for s, q in enumerate(assignment) if q == p]
+        got = sum(m.slot_items[s] for m in window for s in slots if s < len(m.slot_items))
+        share = max(got / rows if rows else 0.0, len(slots) / len(assignment))
+        out.append(min(1.0, budgets.burst_share * share) if slots else 0.0)
+    return out
+
+
+def surprises(budgets: Budgets, setting: Setting, history: Sequence[Measurement]) -> list[str]:
+    """What the last tick did beyond the bounds the decision before it assumed.
+
+    A partition receiving more than its burst bound of the tick's rows, or growing by more
+    per item than the estimate: the memory guarantee did not cover that tick.
+    """
+    if len(history) < 2 or budgets.max_state_bytes_per_partition is None:
+        return []
+    last, before = history[-1], history[:-1]
+    bounds = burst_bounds(budgets, setting.assignment, setting.active, before)
+    total = sum(last.slot_items)
+    found = []
+    for p, bound in enumerate(bounds):
+        slots = [s for s, q in enumerate(setting.assignment) if q == p]
+        got = sum(last.slot_items[s] for s in slots if s < len(last.slot_items))
+        if total and got > bound * total:
+            found.append(
+                f"surprise: partition {p} received {got} of {total} rows, "
+                f"over its burst bound {bound:.2f} (burstShare {budgets.burst_share})"
+            )
+        rate = _rate([last], slots)
+        estimate = setting.growth_per_item
+        if estimate is not None and rate is not None and got and rate > estimate * 1.000001:
+            found.append(
+                f"surprise: partition {p} grew {rate:.1f} bytes per item, "
+                f"over the estimate {estimate:.1f}"
+            )
+    return found
 
 
 def latency_limit(budgets: Budgets, setting: Setting, history: Sequence[Measurement]) -> int:
@@ -274,23 +353,36 @@ def _balance(draft: _Draft, max_moves: int) -> str:
 
 
 def memory_cap(
-    draft: _Draft, budget: int, growth: float, in_flight: int = 0
+    draft: _Draft, budget: int, growth: float, bounds: Sequence[float], in_flight: int = 0
 ) -> tuple[int | None, str]:
     """The most rows a tick may read so that no partition passes ``budget`` bytes.
 
-    Worst case: every row lands in the fullest partition and grows it by ``growth``, after
-    the ``in_flight`` rows already admitted did the same.
+    Partition ``p`` receives at most ``bounds[p]`` of a tick's rows, each growing it by
+    ``growth``, after the ``in_flight`` rows already admitted did the same.
     """
     if growth <= 0:
         return None, ""
-    fullest = max(range(draft.active), key=lambda p: (draft.bytes_of(p), -p))
-    free = budget - draft.bytes_of(fullest)
-    room = free - math.ceil(in_flight * growth)
-    cap = max(0, math.floor(room / growth))
-    if in_flight:  # the next tick is in flight too: share the room with it (no 2-cycle of
-        # a large limit leaving a small room, then the converse)
-        cap = min(cap, max(0, math.floor(free / (2 * growth))))
-    return cap, f"partition {fullest}: {room} bytes of room / {growth:.1f} per item = {cap} rows"
+    best: tuple[int, int, int] | None = None  # (cap, partition, room)
+    for p in range(draft.active):
+        per_row = growth * (bounds[p] if p < len(bounds) else 1.0)
+        if per_row <= 0:
+            continue
+        free = budget - draft.bytes_of(p)
+        room = free - math.ceil(in_flight * per_row)
+        cap = max(0, math.floor(room / per_row))
+        if in_flight:  # the next tick is in flight too: share the room with it (no 2-cycle
+            # of a large limit leaving a small room, then the converse)
+            cap = min(cap, max(0, math.floor(free / (2 * per_row))))
+        if best is None or cap < best[0]:
+            best = (cap, p, room)
+    if best is None:
+        return None, ""
+    cap, p, room = best
+    share = bounds[p] if p < len(bounds) else 1.0
+    return cap, (
+        f"partition {p}: {room} bytes of room / ({growth:.1f} per item x burst bound "
+        f"{share:.2f}) = {cap} rows"
+    )
 
 
 def plan(
@@ -305,13 +397,13 @@ def plan(
     if not history:
         return Plan(setting, (), ("no measurement yet",))
     last = history[-1]
-    growth = growth_per_item(setting.growth_per_item, last)
-    limit = latency_limit(budgets, setting, history)
-    reasons = [f"latency: {limit} rows"]
     budget = budgets.max_state_bytes_per_partition
     slots = len(setting.assignment)  # a measurement may leave out the slots with nothing
     slot_bytes = [*last.slot_bytes[:slots], *[0] * (slots - len(last.slot_bytes))]
     items = [*last.slot_items[:slots], *[0] * (slots - len(last.slot_items))]
+    growth = growth_per_item(setting.growth_per_item, history, _near(budgets, setting, slot_bytes))
+    limit = latency_limit(budgets, setting, history)
+    reasons = [f"latency: {limit} rows", *surprises(budgets, setting, history)]
     high = math.inf if budget is None else budgets.high_water * budget
     if budget is not None:  # a partition receiving slots must still take the in-flight rows
         high = min(high, budget - in_flight * (growth or 0.0))
@@ -327,7 +419,8 @@ def plan(
     steps.append(_balance(draft, budgets.max_moves))
     reasons += [f"active: {why}"] + [s for s in steps if s]
     if budget is not None:
-        cap, because = memory_cap(draft, budget, growth or 0.0, in_flight)
+        bounds = burst_bounds(budgets, draft.assignment, draft.active, history)
+        cap, because = memory_cap(draft, budget, growth or 0.0, bounds, in_flight)
         if growth is None:  # no growth measured yet: read the least until it is
             cap, because = budgets.min_rows, "growth per item not measured yet"
         if cap is not None and cap < limit:
@@ -335,6 +428,19 @@ def plan(
             reasons.append(f"memory: {because}")
     new = Setting(limit, draft.active, tuple(draft.assignment), growth, setting.tick + 1)
     return Plan(new, tuple(draft.moves), tuple(reasons))
+
+
+def _near(budgets: Budgets, setting: Setting, slot_bytes: Sequence[int]) -> list[list[int]]:
+    """The slot lists of the partitions past the high water (their last rate is a floor)."""
+    budget = budgets.max_state_bytes_per_partition
+    if budget is None:
+        return []
+    out = []
+    for p in range(max(setting.assignment, default=0) + 1):
+        slots = [s for s, q in enumerate(setting.assignment) if q == p]
+        if sum(slot_bytes[s] for s in slots) >= budgets.high_water * budget:
+            out.append(slots)
+    return out
 
 
 def apply_moves(setting: Setting, moves: Sequence[Move]) -> Setting:
