@@ -226,7 +226,8 @@ def run_variant(
     try:
         analysed = run(out, ck)
     except Exception as exc:  # reported in the variant's JSON
-        entry["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+        lines = [t for t in str(exc).splitlines() if t.strip() and "SQLSTATE" not in t] or [""]
+        entry["error"] = f"{type(exc).__name__}: {lines[0][:300]} ... {lines[-1][:300]}"
     work.drop(out, ck)
     return {
         **entry,

@@ -132,7 +132,7 @@ class FlameStreamDataSource(DataSource):
             max_move_bytes=options.optional_integer("maxMoveBytes", minimum=1),
             follow_cluster=options.boolean("followCluster", False),
             settle=options.integer("settle", FOLLOW_SETTLE, minimum=1),
-            target_latency_ms=options.optional_integer("targetLatencyMs", minimum=1),
+            target_latency_ms=_milliseconds(options, "targetLatencyMs"),
             skew=options.number("skew", SKEW, minimum=1.0),
             even=options.number("even", EVEN, minimum=1.0),
             min_items=options.integer("minItems", MIN_ITEMS, minimum=1),
@@ -196,3 +196,14 @@ class FlameStreamDataSource(DataSource):
 DefaultSource = FlameStreamDataSource
 
 __all__ = ["DefaultSource", "FlameStreamDataSource"]
+
+
+def _milliseconds(options: OptionReader, name: str) -> int | None:
+    """A duration in whole milliseconds that may be absent, given as any number >= 1.
+
+    ``targetLatencyMs`` is a number wherever else it is read (fronts, budgets): the control
+    channel takes the same spellings (``"8000.0"`` from a ``BudgetPolicy``'s options).
+    """
+    if options.raw(name) is None:
+        return None
+    return round(options.number(name, 1.0, minimum=1.0))

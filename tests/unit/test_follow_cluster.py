@@ -66,3 +66,19 @@ def test_a_budget_holds_the_count_while_batches_are_well_within_it(tmp_path: Pat
     assert relaxed.decide(str(tmp_path), 0, 1, {}) == (None, "")  # 100 ms <= 500 ms: hold
     pressed = ClusterFollower(4, settle=1, target_ms=150, read=lambda: Executors(2, 4))
     assert pressed.decide(str(tmp_path), 0, 1, {})[0] == 4  # over half the budget: the cores
+
+
+def test_the_control_channel_takes_a_budgets_latency_as_any_number(tmp_path: Path):
+    from flamestream.spark.control.budgeted import BudgetPolicy
+    from pyspark_flamestream import FlameStreamDataSource
+
+    options = {
+        "channel": "control",
+        "path": str(tmp_path),
+        "partitions": "4",
+        **BudgetPolicy(target_latency_ms=8000.0).options(1),
+    }
+    control = FlameStreamDataSource(options)._control()
+    assert control is not None
+    assert options["targetLatencyMs"] == "8000.0"  # what a BudgetPolicy sets
+    assert control[2].target_latency_ms == 8000
