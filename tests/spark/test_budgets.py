@@ -10,24 +10,15 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from flamestream import Dataflow, map_reduce
 from flamestream.spark import apply_graph
 from flamestream.spark.control.budgeted import BudgetPolicy, LimitBoard
 
 from .conftest import released, run_to_files
+from .test_elastic_layout import word_count
 
 #: Per keyed partition: the word count's 200 keys need about half of it over 4 partitions,
 #: so the memory cap (a partition's burst bound of a tick's rows) binds.
 BUDGET = 8_000
-
-
-def word_count() -> Dataflow:
-    flow = Dataflow("keys")
-    counts = map_reduce(
-        flow, "count", flow.source("keys"), mapper=lambda k: (k, 1), reducer=lambda a, b: a + b
-    )
-    flow.sink("counts", counts)
-    return flow
 
 
 def generator(spark: SparkSession, total: int) -> Any:

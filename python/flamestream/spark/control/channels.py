@@ -239,9 +239,8 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         without a handler is refused and recorded like any refusal: a request is never
         dropped silently; its decision goes into the offset (``requests``) and the log.
         """
-        store = RequestStore(self.state_url)
-        store.forget_through(state["consumed"])  # consumed in an offset Spark has logged
-        for request in store.after(state["consumed"]):
+        # the consumed ones are in an offset Spark has logged: forgotten in the same listing
+        for request in RequestStore(self.state_url).after(state["consumed"], forget=True):
             if _not_before(request) > last + 1:
                 break
             handler = self.handlers.get(request.kind)

@@ -51,21 +51,34 @@ class RequestStore:
         write_atomically(fs, posixpath.join(root, name + ".json"), data)
         return Request(name, kind, body)
 
-    def after(self, consumed: str) -> list[Request]:
-        """The requests after ``consumed`` (a name; "" for all), in submission order."""
+    def _paths(self) -> tuple[Any, list[str]]:
+        """The file system and the request files, in submission order (one listing)."""
         fs, root = filesystem(self.url)
+        return fs, sorted(p for p in listing(fs, root) if p.endswith(".json"))
+
+    def after(self, consumed: str, *, forget: bool = False) -> list[Request]:
+        """The requests after ``consumed`` (a name; "" for all), in submission order.
+
+        ``forget``: also remove all but the newest :data:`KEEP_CONSUMED` requests at or before
+        ``consumed``, from the same listing (the control channel, whose offset with
+        ``consumed`` Spark has logged).
+        """
+        fs, paths = self._paths()
+        done = [p for p in paths if _name(p) <= consumed]
+        if forget:
+            remove(fs, done[:-KEEP_CONSUMED])
         out = []
-        for path in sorted(listing(fs, root)):
-            name = posixpath.basename(path)
-            if not name.endswith(".json") or name[:-5] <= consumed:
-                continue
+        for path in paths[len(done) :]:
             stored = json.loads(fs.cat_file(path))
-            out.append(Request(name[:-5], str(stored["kind"]), dict(stored["body"])))
+            out.append(Request(_name(path), str(stored["kind"]), dict(stored["body"])))
         return out
 
     def forget_through(self, consumed: str) -> None:
         """Remove all but the newest :data:`KEEP_CONSUMED` requests at or before ``consumed``."""
-        fs, root = filesystem(self.url)
-        names = [p for p in listing(fs, root) if p.endswith(".json")]
-        done = sorted(p for p in names if posixpath.basename(p)[:-5] <= consumed)
-        remove(fs, done[:-KEEP_CONSUMED])
+        fs, paths = self._paths()
+        remove(fs, [p for p in paths if _name(p) <= consumed][:-KEEP_CONSUMED])
+
+
+def _name(path: str) -> str:
+    """A request's name: its file's name without ``.json``."""
+    return posixpath.basename(path)[: -len(".json")]
