@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -11,6 +14,25 @@ from pyspark.sql import SparkSession
 pytest.register_assert_rewrite("tests.crash")
 
 from .sessions import local_session  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def spark_scratch() -> Iterator[str]:
+    """Spark's scratch folders (``SPARK_LOCAL_DIRS``) for this run, removed at its end.
+
+    A JVM killed by a test (a crash test's driver, a Worker, an executor) never deletes its
+    own, and each holds a copy of the jars in ``spark.jars``: left in the system's temporary
+    folder they fill the disk over a day of runs. Set before the first session starts.
+    """
+    scratch = tempfile.mkdtemp(prefix="flamestream-tests-")
+    before = os.environ.get("SPARK_LOCAL_DIRS")
+    os.environ["SPARK_LOCAL_DIRS"] = scratch
+    yield scratch
+    if before is None:
+        os.environ.pop("SPARK_LOCAL_DIRS", None)
+    else:
+        os.environ["SPARK_LOCAL_DIRS"] = before
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -123,26 +123,35 @@ def spawn(
     """Run ``python -m module *args`` from the project root with ``env`` added, to its end.
 
     The child gets its own process group (a crash kills that group, never the test runner),
-    none of this process's ``FLAMESTREAM_CRASH_*`` variables, and a driver JVM tuned to start
-    fast; its output is captured.
+    none of this process's ``FLAMESTREAM_CRASH_*`` variables, a driver JVM tuned to start
+    fast, and Spark's scratch folders (``SPARK_LOCAL_DIRS``) in a folder removed when it
+    ends; its output is captured.
     """
     full = {k: v for k, v in os.environ.items() if not k.startswith("FLAMESTREAM_CRASH")}
     full["PYSPARK_PYTHON"] = worker_python()
+    # a SIGKILLed driver never runs the shutdown hooks that delete its scratch folders (with a
+    # copy of every jar in spark.jars) and temporary files: left in /tmp, a day of crash tests
+    # fills the disk
+    scratch = tempfile.mkdtemp(prefix="flamestream-child-")
+    full["SPARK_LOCAL_DIRS"] = scratch
     # short-lived driver JVMs: C1 only and the serial collector start about 20% faster, and
     # the class archive spares most of the class loading
     classes = CLASSES.option(clean_exit=faults.ENV not in env)
-    options = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC" + classes
+    options = f"-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Djava.io.tmpdir={scratch}" + classes
     full["PYSPARK_SUBMIT_ARGS"] = f"--driver-java-options '{options}' pyspark-shell"
     full.update(env)
-    done = subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=ROOT,
-        env=full,
-        start_new_session=True,
-        capture_output=True,
-        timeout=timeout,
-        check=False,
-    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", module, *args],
+            cwd=ROOT,
+            env=full,
+            start_new_session=True,
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     if "ArchiveClassesAtExit" in classes:
         CLASSES.written(done)
     return done

@@ -88,6 +88,7 @@ _START_ATTEMPTS = 3  # a free port can be taken by someone else before weed bind
 _PROBE_BUCKET = "flamestream-probe"
 _VOLUME_MB = 16  # each a sparse file: only what is written takes disk space
 _VOLUMES = 1000
+_MIN_FREE_SPACE = "256MiB"  # a test server's buckets hold kilobytes to megabytes
 _SIMPLE_CREDENTIALS = "SimpleAWSCredentialsProvider"  # fs.s3a.access.key and secret.key
 # weed names its gRPC unix sockets after the ports, always under /tmp, and leaves them behind
 _SOCKETS = ("master", "volume", "filer", "s3")
@@ -508,6 +509,9 @@ class SeaweedFS:
             # write; small volumes, many allowed: a test makes dozens of buckets of kilobytes
             "master.volumeSizeLimitMB": _VOLUME_MB,
             "volume.max": _VOLUMES,
+            # weed's default, 1% of the disk, can be gigabytes on a big shared disk: below it
+            # every volume turns read-only and each write answers "internal error"
+            "volume.minFreeSpace": _MIN_FREE_SPACE,
             "filer": "true",
             "filer.port": port["filer"],
             "filer.port.grpc": port["filer.grpc"],
