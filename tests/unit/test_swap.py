@@ -24,9 +24,14 @@ from flamestream.runtime import RandomScheduler, ReferenceRuntime
 from flamestream.runtime.swaps import check_swappable, swappable_steps
 from flamestream.spark.control.channels import ControlReader
 from flamestream.spark.control.handle import QueryControl
-from flamestream.spark.control.swaps import SWAPS, SwapReader
+from flamestream.spark.control.swaps import SWAPS, SwapRaised, SwapReader
 from flamestream.spark.durable import QueryCheckpoint
-from flamestream.spark.durable.functions import FunctionStore, pickled, record_steps
+from flamestream.spark.durable.functions import (
+    FunctionStore,
+    Withdrawals,
+    pickled,
+    record_steps,
+)
 from flamestream.spark.exec.items import ITEM_SCHEMA, decode_trace, encode_payload
 from flamestream.spark.exec.stateless import StageRunner
 from flamestream.spark.plan.stages import keyed_entries, plan_stages
@@ -377,6 +382,51 @@ def test_swaps_are_checked_against_the_recorded_graph(tmp_path: Path):
     with pytest.raises(ConfigError, match="swappable"):
         record_steps(state, graph().build(), swappable=True)  # fixed per checkpoint
     assert QueryControl(str(tmp_path)).requests() == []
+
+
+def zero_is_an_error(x: int) -> int:
+    return 10 // x
+
+
+def test_a_raising_swapped_function_withdraws_its_swap_from_that_batch_on(tmp_path: Path):
+    """The batch the function raised in, and every later one, run the function from before
+    the swap; an earlier batch (committed) keeps it; the planner drops it from those in force."""
+    checkpoint = str(tmp_path)
+    state = QueryCheckpoint(checkpoint).graph_url
+    record_steps(state, graph().build(), swappable=True)
+    at = GlobalTime(5, 0)
+    for batch in (3, 4, 5):
+        log_swaps(tmp_path, batch, [("m", zero_is_an_error, at)])
+    steps = list(graph().build().steps.values())
+    (swapped,) = SwapReader(checkpoint).versions(4, steps).values()
+    assert swapped.at(at).fn(5) == 2  # the swap's function, guarded
+    with pytest.raises(SwapRaised, match="withdrawn from batch 4 on") as raised:
+        swapped.at(at).fn(0)
+    assert isinstance(raised.value.cause, ZeroDivisionError)
+    (withdrawal,) = Withdrawals(state).read().values()
+    assert withdrawal["batch"] == 4 and "ZeroDivisionError" in withdrawal["error"]
+    assert SwapReader(checkpoint).versions(4, steps) == {}  # the failed batch's next run
+    assert SwapReader(checkpoint).versions(5, steps) == {}
+    assert SwapReader(checkpoint).versions(3, steps)["m"].at(at).fn(5) == 2
+    # the planner: the swap leaves the list in force, and the offset says why
+    reader = ControlReader(checkpoint, 1)
+    start = reader.initialOffset()
+    start[SWAPS] = json.loads((tmp_path / "offsets" / "5").read_text().splitlines()[2])[SWAPS]
+    planned = reader.latestOffset(start)
+    assert planned[SWAPS] == []
+    assert "withdrawn: its function raised in batch 4 (ZeroDivisionError" in planned["reason"]
+    assert reader.latestOffset(planned) == planned
+
+
+def test_an_old_function_raising_is_reported_and_withdraws_nothing(tmp_path: Path):
+    checkpoint = str(tmp_path)
+    record_steps(QueryCheckpoint(checkpoint).graph_url, graph().build(), swappable=True)
+    log_swaps(tmp_path, 0, [("m", new_map, GlobalTime(9, 0))])
+    steps = list(graph(m=zero_is_an_error).build().steps.values())
+    versions = SwapReader(checkpoint).versions(0, steps)["m"]
+    with pytest.raises(ZeroDivisionError):
+        versions.at(GlobalTime(0, 0)).fn(0)  # the graph's own step: not guarded
+    assert Withdrawals(QueryCheckpoint(checkpoint).graph_url).read() == {}
 
 
 # --- a keyed stage whose cycle holds the swapped step (KeyedRunner, no Spark) ---------------

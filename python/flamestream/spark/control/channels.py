@@ -26,7 +26,7 @@ from flamestream.spark.control.key_layout import (
     plan_layout,
     rescale_target,
 )
-from flamestream.spark.control.swaps import SWAPS, consume_swap
+from flamestream.spark.control.swaps import SWAPS, consume_swap, withdraw_failed
 from flamestream.spark.durable import (
     QueryCheckpoint,
     batch_id_of_task,
@@ -169,7 +169,8 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         1. Read ``start``, batch ``b - 1``'s offset: its layout, active count, migration
            target and last consumed request (offsets written before active counts: all
            ``P`` partitions active, no target, nothing consumed).
-        2. Consume the requests submitted after that one, in order, each through its kind's
+        2. Drop the swaps withdrawn because their function raised (:meth:`_withdraw`), then
+           consume the requests submitted after that one, in order, each through its kind's
            handler (:meth:`_consume`); ``rescale(n)`` sets ``active = n`` and a target laid
            out over partitions ``0 … n-1`` (:func:`rescale_target`), replacing any target
            still in progress (the migration goes on from where it is). With
@@ -196,12 +197,14 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             consumed=str(start.get("consumed", "")),
         )
         notes: list[dict[str, str]] = []
-        state = self._consume(before, last, notes)
+        state, withdrawn = self._withdraw(before)
+        state = self._consume(state, last, notes)
         state, followed = self._follow(state, last)
         state, reason, moved = self._move(state, last)
         if state == before:
             return start
-        reasons = [f"{n['kind']} {n['request']}: {n['decision']}" for n in notes]
+        reasons = [*withdrawn]
+        reasons += [f"{n['kind']} {n['request']}: {n['decision']}" for n in notes]
         reasons += [why for why in (followed, reason) if why]
         offset = {**state, "decisions": int(start["decisions"]) + 1, "reason": "; ".join(reasons)}
         if notes:
@@ -228,6 +231,14 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         asked = Request(name="", kind="rescale", body={"active": active})
         state, decision = self._rescale(state, asked, last)
         return state, f"{why}: {decision}"
+
+    def _withdraw(self, state: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """The swaps in force less those whose function raised (:mod:`.swaps`), and why."""
+        swaps = list(state.get(SWAPS, ()))
+        said = withdraw_failed(self.checkpoint, swaps)
+        for why in said:
+            _log.warning("%s", why)
+        return ({**state, SWAPS: swaps} if said else state), said
 
     def _consume(
         self, state: dict[str, Any], last: int, notes: list[dict[str, str]]

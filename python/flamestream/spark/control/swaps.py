@@ -15,11 +15,18 @@
    global time picks (:class:`~flamestream.runtime.swaps.Versions`). A stage with swapped
    steps runs its batch on the general path: the fast paths compiled the steps as the graph
    declared them.
+4. A swapped function that raises withdraws its swap (:class:`Guarded`): the task records
+   the batch (:class:`~flamestream.spark.durable.functions.Withdrawals`) and fails it with
+   the step, the item's time and determinant. Every later run of that batch (the query
+   restarted) and every batch after it run the step's function from before the swap; the
+   control channel drops the swap from the list in force at its next planning and records
+   the withdrawal (:func:`withdraw_failed`). Batches committed before keep what they
+   released: the old function stays in force, the swap's time does not move back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from flamestream.graph.steps import Step
@@ -28,7 +35,7 @@ from flamestream.runtime.swaps import Versions, with_function
 from flamestream.spark.connector.barrier import front_offsets
 from flamestream.spark.connector.offsets import FrontOffset
 from flamestream.spark.durable import QueryCheckpoint
-from flamestream.spark.durable.functions import FunctionStore, read_steps
+from flamestream.spark.durable.functions import FunctionStore, Withdrawals, read_steps
 from flamestream.spark.durable.requests import Request
 
 #: The control offset's key for the swaps in force (a list, oldest first).
@@ -78,6 +85,63 @@ def consume_swap(checkpoint: str, request: Request, swaps: list[dict[str, Any]])
     return f"step {step!r} gets function {digest[:12]} from global time {tuple(at)}"
 
 
+def withdraw_failed(checkpoint: str, swaps: list[dict[str, Any]]) -> list[str]:
+    """Drop the swaps whose function raised from ``swaps`` (the list in force); say which.
+
+    Called at planning (step 2 of the control channel's protocol): the batch being planned
+    comes after the one that withdrew them, so it and every later one run without them.
+    """
+    if not swaps:
+        return []
+    withdrawn = Withdrawals(QueryCheckpoint(checkpoint).graph_url).read()
+    said = []
+    for swap in list(swaps):
+        found = withdrawn.get(Withdrawals.key(swap))
+        if found is not None:
+            swaps.remove(swap)
+            said.append(
+                f"swap of step {swap['step']!r} to {swap['fn'][:12]} withdrawn: its function "
+                f"raised in batch {found['batch']} ({found['error']}); the step runs its "
+                "function from before the swap"
+            )
+    return said
+
+
+class SwapRaised(Exception):
+    """A swapped-in function raised: its swap is withdrawn (raised on, as the cause's report)."""
+
+    def __init__(self, cause: Exception, batch_id: int) -> None:
+        self.cause = cause
+        super().__init__(
+            f"{type(cause).__name__}: {cause} (a swapped-in function: the swap is withdrawn "
+            f"from batch {batch_id} on; restarted, the query runs that batch again with the "
+            "step's function from before the swap)"
+        )
+
+
+class Guarded:
+    """A swapped-in function that withdraws its swap when it raises (then raises on).
+
+    Named like the function it wraps, so errors name the user's function.
+    """
+
+    def __init__(
+        self, fn: Callable[..., Any], withdraw: Callable[[Exception], None], batch_id: int
+    ) -> None:
+        self.fn = fn
+        self.withdraw = withdraw
+        self.batch_id = batch_id
+        self.__qualname__ = getattr(fn, "__qualname__", None) or repr(fn)
+
+    def __call__(self, *args: Any) -> Any:
+        """The function's result; if it raises, withdraw the swap and raise :class:`SwapRaised`."""
+        try:
+            return self.fn(*args)
+        except Exception as exc:
+            self.withdraw(exc)
+            raise SwapRaised(exc, self.batch_id) from exc
+
+
 #: The swaps of recent batches read in this process, by (checkpoint, batch) (as layouts are).
 _READ: dict[tuple[str, int], tuple[dict[str, Any], ...]] = {}
 
@@ -102,12 +166,21 @@ def _swaps_of(checkpoint: str, batch_id: int) -> tuple[dict[str, Any], ...]:
     return swaps
 
 
+def _retried() -> bool:
+    """Whether the running Spark task is a retry (attempt 1 or later) of a task of this run."""
+    from pyspark import TaskContext  # executors only
+
+    context = TaskContext.get()
+    return context is not None and context.attemptNumber() > 0
+
+
 class SwapReader:
     """A runner's view of the swaps: per batch, the versions of the steps it runs."""
 
     def __init__(self, checkpoint: str) -> None:
         self.checkpoint = checkpoint
         self.store = FunctionStore(QueryCheckpoint(checkpoint).graph_url)
+        self.withdrawals = Withdrawals(QueryCheckpoint(checkpoint).graph_url)
         self._batch = -1  # the batch whose versions are cached (per runner, per process)
         self._versions: dict[str, Versions] = {}
 
@@ -121,17 +194,37 @@ class SwapReader:
         return self._versions
 
     def _read(self, batch_id: int, steps: Iterable[Step]) -> dict[str, Versions]:
+        """The versions of ``steps`` in ``batch_id``: its swaps less those withdrawn by then.
+
+        Withdrawals are read afresh for each runner (each task): one may have been written
+        since this process last ran the batch (by the run that failed).
+        """
         mine = {step.step_id: step for step in steps}
         versions: dict[str, Versions] = {}
-        for swap in _swaps_of(self.checkpoint, batch_id):
-            step = mine.get(swap["step"])
-            if step is None:
+        swaps = [s for s in _swaps_of(self.checkpoint, batch_id) if s["step"] in mine]
+        withdrawn = self.withdrawals.read() if swaps else {}
+        for swap in swaps:
+            gone = withdrawn.get(Withdrawals.key(swap))
+            if gone is not None and gone["batch"] == batch_id and _retried():
+                # a retry in the run that saw the function raise: the batch's other tasks may
+                # have run the swap; fail the run, so that the restarted query runs the whole
+                # batch without it rather than commit a mix
+                raise SwapRaised(RuntimeError(gone["error"]), batch_id)
+            if gone is not None and gone["batch"] <= batch_id:
                 continue
-            fn = self.store.load(swap["fn"])
+            step = mine[swap["step"]]
+            fn = Guarded(self.store.load(swap["fn"]), self._withdraw(swap, batch_id), batch_id)
             new = with_function(step, fn)
             base = versions.get(step.step_id) or Versions(step)
             versions[step.step_id] = base.then(GlobalTime(*swap["at"]), new)
         return versions
+
+    def _withdraw(self, swap: dict[str, Any], batch_id: int) -> Callable[[Exception], None]:
+        def withdraw(exc: Exception) -> None:
+            self.withdrawals.record(swap, batch_id, f"{type(exc).__name__}: {exc}")
+            self._batch = -1  # this runner's next batch reads the withdrawal too
+
+        return withdraw
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -139,4 +232,12 @@ class SwapReader:
         return state
 
 
-__all__ = ["SWAPS", "SwapReader", "consume_swap", "effective_time"]
+__all__ = [
+    "SWAPS",
+    "Guarded",
+    "SwapRaised",
+    "SwapReader",
+    "consume_swap",
+    "effective_time",
+    "withdraw_failed",
+]

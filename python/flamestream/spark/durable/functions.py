@@ -7,6 +7,9 @@ Layout under the graph's state (``<checkpoint>/flamestream-graph/``):
   log names a swap's function by this digest, so a replay of any batch loads the very bytes
   that batch ran with, after any restart. Functions are never removed: a batch still in the
   offset log may need any of them, and they are small.
+* ``withdrawn/<key>.json``: a swap whose function raised, and the batch it raised in
+  (:class:`Withdrawals`): from that batch on the step runs its function from before the swap.
+  Written once, by the task that saw the function raise, before the batch fails.
 * ``steps.json``: what the query's graph is, written at each query start: whether it runs
   with ``swappable=True``, each step's kind, and why a step's function cannot be swapped.
   :class:`~flamestream.spark.control.handle.QueryControl` checks a swap against it before
@@ -64,6 +67,48 @@ class FunctionStore:
         fn: Callable[..., Any] = pickle.loads(data)  # noqa: S301 - the query's own store
         _LOADED[(self.url, digest)] = fn
         return fn
+
+
+class Withdrawals:
+    """Swaps withdrawn because their function raised (``<state>/withdrawn/``), by swap.
+
+    A swap is named by its entry in the offset log (``{step, at, fn}``); its record holds the
+    batch whose run saw the function raise and the error. The record is what makes the
+    failed batch's replay different from its failed run, so it is written before the task
+    fails and never changed: every later run of that batch reads it and runs without the swap.
+    """
+
+    def __init__(self, state_url: str) -> None:
+        self.url = state_url.rstrip("/") + "/withdrawn"
+
+    @staticmethod
+    def key(swap: dict[str, Any]) -> str:
+        """The file name part naming ``swap`` (its step, time and function)."""
+        named = {"step": swap["step"], "at": list(swap["at"]), "fn": swap["fn"]}
+        return hashlib.sha256(json.dumps(named, sort_keys=True).encode()).hexdigest()[:32]
+
+    def record(self, swap: dict[str, Any], batch_id: int, error: str) -> None:
+        """Withdraw ``swap`` from batch ``batch_id`` on (a first record stays: same batch)."""
+        fs, root = filesystem(self.url)
+        path = posixpath.join(root, self.key(swap) + ".json")
+        if fs.exists(path):
+            return
+        body = {**swap, "at": list(swap["at"]), "batch": batch_id, "error": error}
+        write_atomically(fs, path, json.dumps(body, sort_keys=True).encode(), racing=True)
+
+    def read(self) -> dict[str, dict[str, Any]]:
+        """Every withdrawal, by :meth:`key` (one listing; none: {})."""
+        fs, root = filesystem(self.url)
+        try:
+            names = fs.ls(root, detail=False)
+        except FileNotFoundError:
+            return {}
+        found = {}
+        for name in names:
+            base = posixpath.basename(name)
+            if base.endswith(".json") and not base.startswith("."):
+                found[base[: -len(".json")]] = dict(json.loads(fs.cat_file(name)))
+        return found
 
 
 def pickled(step_id: str, fn: Any) -> bytes:
@@ -165,6 +210,7 @@ def check_recorded(state_url: str, step_id: str) -> None:
 
 __all__ = [
     "FunctionStore",
+    "Withdrawals",
     "check_recorded",
     "pickled",
     "read_steps",
