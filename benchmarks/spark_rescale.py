@@ -410,6 +410,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             runs: dict[str, Any] = {}
             for name in args.variants:
                 folder = work / name
+                cli.Workdir.drop(folder)  # a reused --work holds an earlier run's checkpoint
                 try:
                     if name == "spark":
                         report["spark"] = run_spark_way(spark, cluster, args, folder)

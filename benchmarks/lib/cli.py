@@ -25,8 +25,14 @@ def parser(doc: str | None, *, timeout: float, repeat: int | None = 2) -> argpar
         flag(made, "--repeat", repeat, "timed runs of each case")
         flag(made, "--warmup", 1, "untimed runs of each case first")
     flag(made, "--timeout", timeout, "seconds per query")
-    made.add_argument("--work", type=Path, help="working directory (default: a temp dir)")
+    # absolute: executors of a standalone cluster run in their Workers' folders, where a
+    # relative checkpoint path names another place
+    made.add_argument("--work", type=_absolute, help="working directory (default: a temp dir)")
     return made
+
+
+def _absolute(path: str) -> Path:
+    return Path(path).resolve()
 
 
 def step_parser(
