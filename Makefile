@@ -75,8 +75,8 @@ lint: setup  ## ruff (lint + format check), mypy, no function over 80 lines
 test: lint  ## set up, lint, then run the whole test suite
 	$(PY) -m pytest
 
-unit: setup  ## only the fast unit tests (no Spark)
-	$(PY) -m pytest tests/unit
+unit: setup  ## the fast unit tier (no Spark, a fifth of each property's examples; CI draws all)
+	FLAMESTREAM_EXAMPLES=fast $(PY) -m pytest tests/unit
 
 bench: setup  ## run the benchmark harness, print JSON ratios
 	$(PY) -m benchmarks.bench

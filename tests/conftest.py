@@ -13,7 +13,10 @@ from pyspark.sql import SparkSession
 # failed checks in the crash tests' shared helpers show the values compared
 pytest.register_assert_rewrite("tests.crash")
 
+from .examples import load_profile  # noqa: E402
 from .sessions import local_session  # noqa: E402
+
+load_profile()  # the fast unit tier draws fewer examples (tests/examples.py)
 
 
 @pytest.fixture(scope="session", autouse=True)

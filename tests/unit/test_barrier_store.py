@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 from flamestream.model import END_OF_TIME, GlobalTime
 from flamestream.spark.durable.barrier import BarrierStore
 
+from ..examples import examples
+
 times = st.tuples(st.integers(0, 30), st.integers(0, 2))
 
 
@@ -31,7 +33,7 @@ def table(rows: list[tuple[int, int, str]]) -> pa.Table:
     )
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(
     batches=st.lists(st.lists(times, max_size=5), min_size=1, max_size=5),
     steps=st.lists(times, min_size=5, max_size=5),

@@ -29,7 +29,11 @@ from flamestream.spark.control.policy import (
     plan,
 )
 
-QUICK = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+from ..examples import examples
+
+QUICK = settings(
+    max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 @st.composite
@@ -78,7 +82,7 @@ def reported(run: Run, until: int) -> bool:
     return any(r.startswith("surprise") for t in run.ticks[: until + 1] for r in t["reasons"])
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads(), st.booleans())
 def test_budget_held_or_surprise_reported(case: tuple[Workload, Budgets], lag: bool) -> None:
     """Whatever the keys do, also when a decided read limit applies a tick late (``lag``, as
@@ -94,7 +98,7 @@ def test_budget_held_or_surprise_reported(case: tuple[Workload, Budgets], lag: b
     assert run.rows == sum(t["rows"] for t in run.ticks) > 0
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads(within_bound=True), st.booleans())
 def test_budget_never_exceeded_within_bound(case: tuple[Workload, Budgets], lag: bool) -> None:
     """A hot range that keeps to the declared bound (no slot above twice its even share of a
@@ -153,7 +157,7 @@ histories = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(histories, st.integers(100, 1_000_000), st.sampled_from([None, 10**15]))
 def test_latency_rule_is_admissions(
     ticks: list[tuple[int, float]], limit: int, budget: int | None

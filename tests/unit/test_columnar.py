@@ -32,6 +32,8 @@ from flamestream.spark.exec.packed import pack
 from flamestream.spark.exec.stateless import StageRunner
 from flamestream.spark.plan.stages import keyed_entries, plan_stages, precombiners
 
+from ..examples import examples
+
 #: Words, and every kind of separator: ASCII ones, the ones only ``str.isspace`` knows
 #: (``\x1c``-``\x1f``, NEL, NBSP, line/paragraph separators, ideographic space), non-ASCII.
 TEXT = st.text(
@@ -100,7 +102,7 @@ def test_a_split_that_is_not_str_split_is_not_recognized():
     assert _first_stage(flow).counted is None
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     lines=st.lists(TEXT | ASCII_TEXT, max_size=20),
     before=st.lists(ASCII_TEXT, max_size=3),
@@ -126,7 +128,7 @@ def test_arrow_splits_ascii_text_as_str_split_does(
     ]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     lines=st.lists(
         st.tuples(
@@ -210,7 +212,7 @@ def test_the_columnar_count_sends_what_the_general_path_sends(
     assert packed == outcome(lambda rows: pack(runner.run(rows)))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     blocks=st.lists(st.lists(ASCII_TEXT | TEXT, min_size=1, max_size=6), min_size=1, max_size=5),
     latest=st.booleans(),
@@ -248,7 +250,7 @@ def test_a_combining_first_stage_runs_over_a_read_tasks_blocks_at_once(
         assert got == [pack(rows).to_pylist() for rows in each if rows.num_rows]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     lines=st.lists(st.tuples(WORDS | ASCII_TEXT | TEXT, st.integers(0, 2)), max_size=12),
     split=st.booleans(),
@@ -300,7 +302,7 @@ def test_a_front_stage_makes_from_the_text_what_the_general_path_makes_of_its_it
 COUNTS = st.sampled_from([1, 2, 255, 256, 65535, 65536, 2**31 - 1]) | st.integers(1, 2**31 - 1)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     pairs=st.lists(
         st.tuples(st.text(min_size=1, max_size=300), COUNTS | st.sampled_from([0, 2**31])),

@@ -23,6 +23,8 @@ from flamestream.spark.control.admission import (
     decide,
 )
 
+from ..examples import examples
+
 
 @dataclass
 class Run:
@@ -240,7 +242,7 @@ def test_budget_options_are_validated() -> None:
         Budget.parse(conf, None)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     overhead=st.floats(50.0, 800.0),
     per_row=st.floats(0.002, 0.2),

@@ -18,6 +18,8 @@ from flamestream.spark.durable import (
     write_atomically,
 )
 
+from ..examples import examples
+
 
 def offset_log(ck: Path, batch: int, *sources: str) -> None:
     """An offset log file as Spark writes it: version, metadata, one line per source."""
@@ -60,7 +62,7 @@ def test_outside_a_task_there_is_no_batch():
     assert batch_id_of_task() == -1
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     numbers=st.sets(st.integers(0, 10**12), max_size=6),
     racing=st.booleans(),

@@ -41,6 +41,8 @@ from flamestream.spark.exec.items import (
 from flamestream.spark.exec.keyed import KeyedRunner, _run_bounds
 from flamestream.spark.exec.packed import DICTIONARY_ENCODED
 
+from ..examples import examples, scaled, tier
+
 #: Traces an item may carry when it enters the cycle: siblings (child indexes), versions
 #: (logical times) and descendants (longer traces) of one global time.
 TRACES = [
@@ -242,7 +244,7 @@ def counted_summed(keyed: KeyedRunner) -> None:
     summed.run = counting_run  # type: ignore[method-assign]
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), reducer=st.sampled_from(sorted(REDUCERS)), latest=st.booleans())
 def test_fast_path_equals_the_general_path(data, reducer, latest):
     script = data.draw(batches(reducer))
@@ -326,8 +328,8 @@ def test_the_random_batches_exercise_the_fast_paths():
     """A guard on the property above: both fast paths really ran, and often."""
     if not FAST_ROWS:  # run alone (or first): run the property test to fill the counters
         test_fast_path_equals_the_general_path()
-    assert sum(FAST_ROWS) > 500
-    assert sum(WHOLE_BATCHES) > 50
+    assert sum(FAST_ROWS) > scaled(500)
+    assert sum(WHOLE_BATCHES) > scaled(50)
     assert not all(WHOLE_BATCHES)
 
 
@@ -403,7 +405,7 @@ def with_render_tail(reducer: str, *, handed: bool) -> Any:
     return task
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), reducer=st.sampled_from(sorted(REDUCERS)))
 def test_tails_handed_objects_release_what_encoded_rows_release(data, reducer):
     """The keyed stage hands its tails payload objects instead of encoded rows: the rows
@@ -472,7 +474,7 @@ def outcome(keyed: KeyedRunner, rows: pa.Table, state: GroupingState, min_time: 
         return str(error)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(script=summed_batches(), latest=st.booleans(), data=st.data())
 def test_summed_batches_equal_the_python_fold(script, latest, data):
     """``count``'s in-order batches in Arrow (``SummedCycle``) give the rows, byte for byte,
@@ -506,7 +508,7 @@ def restored(state: GroupingState) -> GroupingState:
     return again
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(script=summed_batches(), parts=st.integers(1, 3))
 def test_summed_column_buckets_read_as_the_python_folds_objects(script, parts):
     """Whatever reads a state a summing batch left as columns sees the Python fold's buckets:
@@ -541,7 +543,8 @@ def test_the_summed_batches_mostly_run_in_arrow():
     """A guard on the property above: the Arrow path ran most batches, not all."""
     SUMMED_BATCHES.clear()
     test_summed_batches_equal_the_python_fold()
-    assert sum(SUMMED_BATCHES) > len(SUMMED_BATCHES) / 3
+    # the fast tier's few draws are mostly Hypothesis's simplest examples, fewer of them summed
+    assert sum(SUMMED_BATCHES) > len(SUMMED_BATCHES) / (3 if tier() == "full" else 4)
     assert not all(SUMMED_BATCHES)
 
 
@@ -578,7 +581,7 @@ def rendered_task(template: str, *, fast: bool, declared: bool, latest: bool) ->
     return WithTails(keyed, [tail])
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     script=summed_batches(),
     template=st.sampled_from(TEMPLATES),
@@ -622,7 +625,7 @@ def test_the_plain_templates_mostly_render_in_arrow():
 RUNS: list[int] = []
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), reducer=st.sampled_from(sorted(REDUCERS)), run_rows=st.integers(1, 5))
 def test_a_batch_in_runs_leaves_what_it_leaves_whole(data, reducer, run_rows):
     """Releasing every update, a keyed task delivers a big batch in runs (``_runs``): the

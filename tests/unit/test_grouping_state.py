@@ -8,6 +8,7 @@ from flamestream.errors import StepError
 from flamestream.model import GlobalTime, invalidates
 from flamestream.runtime import GroupingState
 
+from ..examples import examples
 from .helpers import item
 
 
@@ -184,7 +185,7 @@ def _held(state: GroupingState) -> tuple:
     )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     arrivals=st.lists(
         st.tuples(st.integers(0, 30), st.integers(0, 4), st.booleans(), st.integers(0, 9)),

@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from pyspark_flamestream.sinks.files import _json_lines, _write_json_lines
 
+from ..examples import examples
+
 texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=12)
 rows = st.integers(0, 40)
 
@@ -45,7 +47,7 @@ def tables(draw):
     return table
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(tables())
 def test_fast_writer_equals_the_row_by_row_writer(table):
     out = io.BytesIO()

@@ -25,6 +25,7 @@ from flamestream.spark.exec.items import encode_key
 from flamestream.spark.exec.keyed_state import SlotSnapshots
 from flamestream.spark.exec.partitioning import partition_of, salts
 
+from ..examples import examples
 from .helpers import item
 
 
@@ -86,7 +87,7 @@ def _outputs(items: list) -> list:
     return sorted((o.meta, o.payload, o.may_invalidate, o.tombstone) for o in items)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     arrivals=arrivals,
     cut=st.integers(0, 40),

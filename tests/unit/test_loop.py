@@ -16,6 +16,8 @@ from flamestream.spark.exec.partitioning import is_salt, partition_of, salts
 from flamestream.spark.exec.routing import LoopRouter
 from flamestream.testing import RandomScheduler, Script, run_in_order, run_script
 
+from ..examples import examples
+
 
 def rows(*items: tuple[int, int, bytes, str]) -> pa.Table:
     n = len(items)
@@ -137,7 +139,7 @@ def union_find(edges: list[tuple[int, int]]) -> dict[int, int]:
 edge_lists = st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9)), min_size=1, max_size=12)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(edge_lists, st.integers(1, 3), st.integers(0, 10**6))
 def test_components_are_right_in_order_and_out_of_order(edges, fronts, seed):
     """The example's labels are union-find's, and arrival order changes nothing released."""

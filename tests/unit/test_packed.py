@@ -14,6 +14,8 @@ from flamestream.spark.exec.items import ITEM_FIELDS, ITEM_SCHEMA
 from flamestream.spark.exec.packed import PACKED_SCHEMA, is_packed, pack, unpack
 from flamestream.spark.plan.execution import plan_execution
 
+from ..examples import examples
+
 ROWS = st.lists(
     st.fixed_dictionaries(
         {
@@ -37,7 +39,7 @@ def _rows(table: pa.Table | pa.RecordBatch) -> list[tuple[Any, ...]]:
     return [tuple(row[f.name] for f in ITEM_FIELDS) for row in table.to_pylist()]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(rows=ROWS)
 def test_unpacking_gives_back_every_row_once(rows: list[dict[str, Any]]) -> None:
     """Packed and unpacked, rows come back as they were (in another order): one packed row

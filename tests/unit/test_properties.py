@@ -18,9 +18,12 @@ from flamestream import Dataflow, GlobalTime, Meta, Reduced, invalidates, map_re
 from flamestream.runtime import RandomScheduler, ReferenceRuntime
 from flamestream.testing import Script, run_in_order, run_script
 
+from ..examples import examples
 from ..random_graphs import random_graph
 
-PROPERTY = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(
+    max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 lines = st.lists(st.sampled_from("abcde"), max_size=4).map(" ".join)
 small_ints = st.integers(0, 9)
@@ -247,7 +250,7 @@ def fair_long_script(rng, fronts: int, per_front: int, max_lag: int) -> Script:
     return script
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=examples(10), deadline=None)
 @given(seed=seeds, window=st.integers(1, 4))
 def test_grouping_state_stays_bounded_on_a_long_stream(seed, window):
     import random

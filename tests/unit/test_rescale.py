@@ -24,6 +24,8 @@ from flamestream.spark.control.key_layout import (
 )
 from flamestream.spark.durable import QueryCheckpoint
 
+from ..examples import examples
+
 PARTITIONS = st.integers(1, 12)
 
 
@@ -43,7 +45,7 @@ def loads_for(draw: st.DrawFn, layout: Layout) -> dict[int, int]:
     return draw(st.dictionaries(st.integers(0, layout.slots - 1), st.integers(0, 1000)))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.data())
 def test_a_target_puts_every_slot_in_an_active_partition_and_is_reached_in_bounded_steps(
     data: st.DataObject,
@@ -67,7 +69,7 @@ def test_a_target_puts_every_slot_in_an_active_partition_and_is_reached_in_bound
     assert steps == math.ceil(len(to_move) / bound)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.data())
 def test_a_byte_bound_moves_at_most_its_bytes_or_one_slot(data: st.DataObject) -> None:
     current = data.draw(layouts())

@@ -29,6 +29,8 @@ from flamestream.spark.connector.sink import (
 from flamestream.spark.exec.items import MAY_INVALIDATE, TOMBSTONE
 from pyspark_flamestream.sinks.files import FilesOutput
 
+from ..examples import examples
+
 ROW = st.tuples(
     st.integers(0, 5),  # ts
     st.integers(0, 1),  # front
@@ -69,7 +71,7 @@ def key(row: dict[str, Any]) -> tuple[Any, ...]:
     return (row["ts"], row["front"], trace if isinstance(trace, bytes) else trace.encode())
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     blocks=st.lists(
         st.tuples(st.lists(ROW, min_size=0, max_size=6), st.booleans()), min_size=1, max_size=5
@@ -114,7 +116,7 @@ def test_parts_take_releasable_rows_in_meta_order_and_lose_none(blocks, min_ts, 
         assert names == ([".part-000000000003-00001.parquet.0.tmp"] if everything else [])
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(ranges=st.lists(st.lists(st.integers(0, 30), max_size=12), min_size=1, max_size=12))
 def test_a_read_tasks_ranges_make_a_part_each_and_wait_for_nothing(ranges):
     """A packed read task's rows: range after range, each in meta order, overlapping in

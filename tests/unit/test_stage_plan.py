@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from flamestream.spark.plan import ExecutionPlan, plan_execution
 
+from ..examples import examples
 from ..random_graphs import random_graph
 
 
@@ -33,7 +34,7 @@ def wired_in_order(plan: ExecutionPlan) -> bool:
     return True
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(seed=st.integers(0, 100_000), fusion=st.booleans())
 def test_stages_come_after_the_stages_they_read(seed: int, fusion: bool):
     grown = random_graph(seed)
@@ -65,7 +66,7 @@ def test_planning_imports_no_spark():
     assert done.returncode == 0, done.stderr
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(seed=st.integers(0, 100_000))
 def test_tails_read_only_their_keyed_host(seed: int):
     """A stage run in a keyed stage's tasks gets every input from that stage, none by loop."""

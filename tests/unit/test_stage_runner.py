@@ -35,6 +35,7 @@ from flamestream.spark.exec.items import (
 from flamestream.spark.exec.stateless import StageRunner, render_default
 from flamestream.spark.plan.stages import keyed_entries, plan_stages
 
+from ..examples import examples
 from ..random_graphs import ALPHABET, split_on, suffix, weight_filter
 
 Out = tuple[str, int, int, tuple[Any, ...], Any, int]
@@ -147,7 +148,7 @@ def by_stage_runner(graph: Any, items: list[DataItem]) -> list[Out]:
     return sorted(out, key=repr)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     seed=st.integers(0, 10_000),
     items=st.lists(
@@ -179,7 +180,7 @@ def test_stage_runner_sends_what_the_model_sends(seed: int, items):
     assert by_stage_runner(graph, made) == by_model(graph, made), stateless_graph(seed)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     rows=st.lists(
         st.tuples(st.integers(0, 5), st.sampled_from("abc"), st.integers(1, 9), st.booleans()),
@@ -259,7 +260,7 @@ def _unhashable_for_z(word: str) -> tuple[Any, int]:
     return ([word] if word.startswith("z") else word), 1
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     lines=st.lists(
         st.tuples(
@@ -338,7 +339,7 @@ class _FailsAt:
         return payload
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     flags=st.lists(st.sampled_from([0, 0, 0, MAY_INVALIDATE, TOMBSTONE]), min_size=1, max_size=12),
     data=st.data(),

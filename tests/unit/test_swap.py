@@ -37,10 +37,13 @@ from flamestream.spark.exec.stateless import StageRunner
 from flamestream.spark.plan.stages import keyed_entries, plan_stages
 from flamestream.testing import Script, run_in_order, run_script
 
+from ..examples import examples
 from ..random_graphs import ALPHABET, split_on, suffix, weight_filter
 from .test_stage_runner import by_model, stateless_graph
 
-PROPERTY = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(
+    max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 def old_map(x: int) -> int:
@@ -281,7 +284,7 @@ def log_swaps(checkpoint: Path, batch: int, swaps: list[tuple[str, Any, GlobalTi
     (checkpoint / "offsets" / str(batch)).write_text(f"v1\n{{}}\n{json.dumps(control)}\n")
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 10_000),
     texts=st.lists(st.lists(st.sampled_from(ALPHABET), max_size=3).map(" ".join), max_size=8),
@@ -452,7 +455,7 @@ def minus_two(t: tuple[int]) -> int:
     return t[0] - 2
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(values=st.lists(st.integers(1, 6), min_size=1, max_size=6), at=st.integers(0, 6))
 def test_keyed_runner_runs_a_swapped_step_of_its_cycle_by_each_items_time(
     checkpoint: Path, values: list[int], at: int
