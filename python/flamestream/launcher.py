@@ -167,24 +167,6 @@ def connect(address: str | int, secret: str | None) -> tuple[Any, socket.socket]
     raise errors[-1] if errors else OSError(f"no address for {host}:{address}")
 
 
-def _hand_over(address: str | int, connection: tuple[Any, socket.socket]) -> None:
-    """Make pyspark's connect-back return ``connection``, once, for ``address``."""
-    import pyspark.util
-    import pyspark.worker_util
-
-    original = pyspark.util.local_connect_and_auth
-    pending = [connection]
-
-    def local_connect_and_auth(conn_info: Any, auth_secret: Any) -> tuple[Any, Any]:
-        if pending and conn_info == address:
-            return pending.pop()
-        return original(conn_info, auth_secret)
-
-    # worker_util imported the name from util: replace it in both
-    pyspark.util.local_connect_and_auth = local_connect_and_auth
-    setattr(pyspark.worker_util, "local_connect_and_auth", local_connect_and_auth)  # noqa: B010
-
-
 def _run_module(module: str, args: list[str]) -> None:
     """Run ``module`` as ``python -m module args`` would (``sys.path[0]`` is the directory)."""
     import runpy
@@ -218,7 +200,7 @@ def main(argv: list[str] | None = None) -> None:
     if daemon:
         os.execv(sys.executable, [sys.executable, *args])  # noqa: S606  (exactly `python ARGS`)
     if connection is not None and address is not None:
-        _hand_over(address, connection)
+        warm_start.hand_over(address, connection)
     _run_module(module, module_args)
 
 

@@ -556,6 +556,28 @@ def _exactly(conn: socket.socket, size: int) -> bytes:
     return data
 
 
+def hand_over(address: str | int, connection: tuple[Any, socket.socket]) -> None:
+    """Make pyspark's connect-back return ``connection``, once, for ``address``.
+
+    The hand-over of a connection made before pyspark was imported: the launcher's cold path
+    and a warm child both call it (this module owns it; the launcher imports this module).
+    """
+    import pyspark.util
+    import pyspark.worker_util
+
+    original = pyspark.util.local_connect_and_auth
+    pending = [connection]
+
+    def local_connect_and_auth(conn_info: Any, auth_secret: Any) -> tuple[Any, Any]:
+        if pending and conn_info == address:
+            return pending.pop()
+        return original(conn_info, auth_secret)
+
+    # worker_util imported the name from util: replace it in both
+    pyspark.util.local_connect_and_auth = local_connect_and_auth
+    setattr(pyspark.worker_util, "local_connect_and_auth", local_connect_and_auth)  # noqa: B010
+
+
 def run_child(request: dict[str, Any], fds: list[int]) -> NoReturn:
     """Become the process the request describes and run its module; exit with its code."""
     stdin, stdout, stderr, watchdog, *connection = fds
@@ -570,10 +592,8 @@ def run_child(request: dict[str, Any], fds: list[int]) -> NoReturn:
     os.chdir(request["cwd"])
     _, module, *args = request["argv"]  # -m MODULE ARGS
     if connection:
-        from flamestream.launcher import _hand_over
-
         sock = socket.socket(fileno=connection[0])
-        _hand_over(request["address"], (sock.makefile("rwb", request["buffer"]), sock))
+        hand_over(request["address"], (sock.makefile("rwb", request["buffer"]), sock))
     code = 0
     try:
         import runpy

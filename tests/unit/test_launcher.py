@@ -20,7 +20,7 @@ from typing import Any
 import pyspark.util
 import pyspark.worker_util
 
-from flamestream import launcher
+from flamestream import launcher, warm_start
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = launcher.worker_python()
@@ -131,7 +131,7 @@ def test_hand_over_serves_its_address_once_and_other_connections_as_before(monke
 
     monkeypatch.setattr(pyspark.util, "local_connect_and_auth", original)
     connection = ("made", "early")
-    launcher._hand_over(4040, connection)  # type: ignore[arg-type]
+    warm_start.hand_over(4040, connection)  # type: ignore[arg-type]
     patched = pyspark.worker_util.local_connect_and_auth
     assert patched(5050, "s") == ("file", "sock")  # another address: a broadcast server, say
     assert patched(4040, "s") == connection

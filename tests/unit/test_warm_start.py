@@ -14,6 +14,7 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -195,3 +196,9 @@ def test_what_servers_of_ended_jvms_left_is_swept(tmp_path: Path):
     warm_start._sweep(str(directory))
     assert not any(path.exists() for path in left)
     assert alive.exists()
+
+
+def test_the_warm_server_owns_the_hand_over_and_never_imports_the_launcher():
+    code = "import sys, flamestream.warm_start; print('flamestream.launcher' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"  # the launcher imports warm_start, not the converse
