@@ -12,7 +12,7 @@ task runs, timing each phase:
    Arrow, packed for ``every``, combined per word for ``latest``);
 2. the shuffle (not timed): the block rows of key partition 0 of ``--partitions`` (the
    fronts send a keyed stage's rows in blocks, one per key partition, by Spark's hash of the
-   key: ``exec.blocks``), file after file as the map outputs come;
+   key: ``exec.shuffle.blocks``), file after file as the map outputs come;
 3. opening the blocks (and unpacking packed rows) and the sort by meta, as
    ``KeyedRunner._partition`` does them;
 4. the keyed stage (``KeyedRunner._runs``), its render tail (``WithTails``) and the part the
@@ -78,7 +78,7 @@ def front_blocks(path: Path, front: int) -> Iterator[pa.RecordBatch]:
 
 def shuffled(graph: Any, files: list[Path], partitions: int) -> list[pa.RecordBatch]:
     """Key partition 0's block rows of the first stage's output, file by file (steps 1, 2)."""
-    from flamestream.spark.exec.blocks import block_keys
+    from flamestream.spark.exec.shuffle.blocks import block_keys
 
     stage = graph._front_stage("value", partitions)
     mine = block_keys(partitions)[0]
@@ -96,9 +96,9 @@ def once(graph: Any, rows: list[pa.RecordBatch], out: Path) -> dict[str, float]:
     from flamestream.runtime.grouping import GroupingState
     from flamestream.spark.connector.options import OptionReader
     from flamestream.spark.connector.sink import TaskParts, _released, fill_parts
-    from flamestream.spark.exec.items import sorted_by_meta
-    from flamestream.spark.exec.keyed import _INPUT_COLUMNS, KeyedRunner, _items_of
-    from flamestream.spark.exec.tails import WithTails
+    from flamestream.spark.exec.general.items import sorted_by_meta
+    from flamestream.spark.exec.general.keyed import _INPUT_COLUMNS, KeyedRunner, _items_of
+    from flamestream.spark.exec.general.tails import WithTails
     from pyspark_flamestream.sinks.files import FilesOutput
 
     (plan,) = [s for s in graph.stages if s.grouping]

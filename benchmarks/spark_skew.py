@@ -75,8 +75,8 @@ def generated_keys(options: Mapping[str, str], shares: Mapping[str, int]) -> dic
 def key_partitions(key_count: int, assignment: Sequence[int] | None) -> list[int]:
     """The keyed partition of each key index: hash partitioning, or a layout's slots."""
     from flamestream.spark.control.key_layout import Layout
-    from flamestream.spark.exec.items import encode_key
-    from flamestream.spark.exec.partitioning import partition_of
+    from flamestream.spark.exec.general.items import encode_key
+    from flamestream.spark.exec.general.partitioning import partition_of
 
     encoded = [encode_key(f"k{i}") for i in range(key_count)]
     if assignment is None:
@@ -88,7 +88,7 @@ def key_partitions(key_count: int, assignment: Sequence[int] | None) -> list[int
 def predicted_shares(key_count: int, exponent: float) -> dict[str, float]:
     """The hot keyed partition's share of the items, from the Zipf shares of the keys alone."""
     from flamestream.spark.control.key_layout import Layout, plan_layout, slot_of
-    from flamestream.spark.exec.items import encode_key
+    from flamestream.spark.exec.general.items import encode_key
     from pyspark_flamestream.fronts.generator import zipf_cdf
 
     cdf = zipf_cdf(key_count, exponent)

@@ -29,7 +29,7 @@ runners), it
 Before any of that, a process started for a module (a worker, the daemon, a source runner)
 gets :data:`ARROW_JEMALLOC_CONF` in its environment unless the user set that variable:
 jemalloc reads it once, when pyarrow loads, so a worker cannot set it for itself
-(``flamestream.spark.exec.worker_setup`` explains why workers keep freed pages). A process
+(``flamestream.spark.exec.worker.worker_setup`` explains why workers keep freed pages). A process
 the launcher runs for Spark (one that connects back, or the daemon and the workers it forks)
 also gets :data:`LAUNCHED` = the module, so that a query's source runner can tell it was
 started the fast way (``flamestream.session.slow_runner_warning``).

@@ -101,9 +101,9 @@ PRELOAD = (
     "pyspark.sql.streaming.python_streaming_source_runner",
     "pyarrow.compute",
     "pyspark_flamestream",
-    "flamestream.spark.exec.keyed",
-    "flamestream.spark.exec.summed",
-    "flamestream.spark.exec.front_stage",
+    "flamestream.spark.exec.general.keyed",
+    "flamestream.spark.exec.declared.summed",
+    "flamestream.spark.exec.general.front_stage",
 )
 #: How long after a server's launch a start waits for it to listen (rather than start cold).
 STARTING_FOR = 5.0

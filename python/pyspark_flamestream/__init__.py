@@ -45,7 +45,7 @@ from flamestream.spark.control.key_layout import (
     SKEW,
     ElasticPolicy,
 )
-from flamestream.spark.exec.items import ITEM_SCHEMA
+from flamestream.spark.exec.general.items import ITEM_SCHEMA
 
 #: The fronts and sinks by kind: (module, class). Only the chosen one is imported: every query
 #: start imports this module in several fresh Python processes, and the Kafka client alone
@@ -148,8 +148,8 @@ class FlameStreamDataSource(DataSource):
 
         A graph's internal channels (``channel=loop`` or ``control``), and a front running a
         graph's first stage (``apply`` given readers), give item rows instead (packed when
-        the stage says so, or in blocks of them, see ``flamestream.spark.exec.blocks``), and
-        then the count of records they stand for (``records``, see ``exec.front_stage``).
+        the stage says so, or in blocks of them, see ``flamestream.spark.exec.shuffle.blocks``), and
+        then the count of records they stand for (``records``, see ``exec.general.front_stage``).
         """
         from pyspark.sql.pandas.types import from_arrow_schema
 

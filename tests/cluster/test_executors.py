@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from flamestream.spark.exec.stateless import render_default
+from flamestream.spark.exec.general.stateless import render_default
 from flamestream.testing import run_in_order
 from flamestream.testing.standalone import StandaloneCluster
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from flamestream.spark.exec.stateless import render_default
+from flamestream.spark.exec.general.stateless import render_default
 from flamestream.testing import run_in_order
 from flamestream.testing.standalone import StandaloneCluster, StandaloneClusterError
 

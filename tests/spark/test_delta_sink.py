@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 
 from flamestream.errors import ConfigError
 from flamestream.spark.connector.options import OptionReader
-from flamestream.spark.exec.stateless import render_default
+from flamestream.spark.exec.general.stateless import render_default
 from flamestream.testing import run_in_order
 from pyspark_flamestream.sinks.delta import DeltaOutput, query_id
 

@@ -16,8 +16,8 @@ from flamestream import Dataflow, Template, count, map_reduce
 from flamestream.errors import GraphError
 from flamestream.examples import inverted_index as index_example
 from flamestream.spark import SparkGraph, apply_graph
-from flamestream.spark.exec.items import encode_trace
-from flamestream.spark.exec.stateless import render_default
+from flamestream.spark.exec.general.items import encode_trace
+from flamestream.spark.exec.general.stateless import render_default
 from flamestream.testing import run_in_order
 
 from .conftest import run_writer, write_lines

@@ -67,14 +67,14 @@ def test_applying_a_graph_to_a_stream_turns_adaptive_streaming_off(
 
 
 def test_the_fronts_hash_keys_as_spark_does(spark: SparkSession):
-    """Fronts put items in blocks by key partition themselves (``exec.blocks``): their hash
+    """Fronts put items in blocks by key partition themselves (``exec.shuffle.blocks``): their hash
     must be Spark's, or a key's state would live in two partitions."""
     import random
 
     import pyarrow as pa
     from pyspark.sql import functions as F
 
-    from flamestream.spark.exec.partitioning import spark_hashes
+    from flamestream.spark.exec.general.partitioning import spark_hashes
 
     rng = random.Random(7)
     keys = [rng.randbytes(rng.randrange(0, 30)) for _ in range(300)] + [b"", b"\xff\x80"]

@@ -26,7 +26,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from flamestream.spark import SparkGraph
-from flamestream.spark.exec.stateless import render_default
+from flamestream.spark.exec.general.stateless import render_default
 from flamestream.testing import run_in_order
 
 from ..random_graphs import ALPHABET, Grown, random_graph

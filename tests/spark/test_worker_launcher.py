@@ -101,7 +101,7 @@ def _setup_effects(_: object) -> list[object]:
 
     import pyarrow as pa
 
-    from flamestream.spark.exec.worker_setup import setup_worker
+    from flamestream.spark.exec.worker.worker_setup import setup_worker
 
     before = (gc.get_freeze_count(), pa.default_memory_pool().backend_name)
     setup_worker()
@@ -117,7 +117,7 @@ def test_a_worker_sets_up_at_its_first_task_and_a_driver_never(spark: SparkSessi
 
     import pyarrow as pa
 
-    from flamestream.spark.exec.worker_setup import setup_worker
+    from flamestream.spark.exec.worker.worker_setup import setup_worker
 
     assert "ARROW_DEFAULT_MEMORY_POOL" not in os.environ  # else the user's pool is kept
     effects = spark.sparkContext.parallelize([0], 1).mapPartitions(_setup_effects).collect()

@@ -16,8 +16,8 @@ from flamestream.errors import ConfigError, RecordError, StepError, UnhashableKe
 from flamestream.runtime import GroupingState, ReferenceRuntime
 from flamestream.spark.connector.offsets import FrontRange
 from flamestream.spark.connector.options import OptionReader
-from flamestream.spark.exec.items import ITEM_SCHEMA, encode_key, encode_payload
-from flamestream.spark.exec.stateless import StageRunner
+from flamestream.spark.exec.general.items import ITEM_SCHEMA, encode_key, encode_payload
+from flamestream.spark.exec.general.stateless import StageRunner
 from flamestream.spark.plan.stages import keyed_entries, plan_stages
 from pyspark_flamestream.fronts.files import BLOCK, FilesSource
 from pyspark_flamestream.sinks.files import FilesOutput

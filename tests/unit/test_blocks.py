@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 
 from flamestream import Dataflow, count
 from flamestream.spark import SparkGraph
-from flamestream.spark.exec import blocks
-from flamestream.spark.exec.blocks import BLOCK_SCHEMA, blocked, is_blocked, opened
-from flamestream.spark.exec.items import ITEM_SCHEMA
-from flamestream.spark.exec.keyed import _items_of
-from flamestream.spark.exec.packed import pack
-from flamestream.spark.exec.partitioning import partition_of, spark_hash, spark_hashes
+from flamestream.spark.exec.general.items import ITEM_SCHEMA
+from flamestream.spark.exec.general.keyed import _items_of
+from flamestream.spark.exec.general.partitioning import partition_of, spark_hash, spark_hashes
+from flamestream.spark.exec.shuffle import blocks
+from flamestream.spark.exec.shuffle.blocks import BLOCK_SCHEMA, blocked, is_blocked, opened
+from flamestream.spark.exec.shuffle.packed import pack
 
 keys = st.lists(st.one_of(st.none(), st.binary(max_size=40)), max_size=60)
 

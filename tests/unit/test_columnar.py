@@ -1,4 +1,4 @@
-"""A declared count of text runs in Arrow (``spark.exec.columnar``): the same rows as item by item.
+"""A declared count of text runs in Arrow (``exec.declared.columnar``): the rows of item by item.
 
 The first stage of ``[flat_map(str.split) ->] count(...)`` with ``release="latest"`` makes its
 combined counts with Arrow kernels. Whatever the text (any whitespace ``str.split`` knows),
@@ -21,15 +21,15 @@ from hypothesis import strategies as st
 
 from flamestream import Dataflow, count, map_reduce
 from flamestream.graph.dataflow import Stream
-from flamestream.spark.exec.columnar import _words
-from flamestream.spark.exec.items import (
+from flamestream.spark.exec.declared.columnar import _words
+from flamestream.spark.exec.general.items import (
     ITEM_SCHEMA,
     MAY_INVALIDATE,
     TOMBSTONE,
     encode_payload,
 )
-from flamestream.spark.exec.packed import pack
-from flamestream.spark.exec.stateless import StageRunner
+from flamestream.spark.exec.general.stateless import StageRunner
+from flamestream.spark.exec.shuffle.packed import pack
 from flamestream.spark.plan.stages import keyed_entries, plan_stages, precombiners
 
 from ..examples import examples
@@ -208,7 +208,7 @@ def test_the_columnar_count_sends_what_the_general_path_sends(
     columnar, packed = outcome(runner.run), outcome(runner.packed)
     runner.counted = None
     assert columnar == outcome(runner.run)
-    # made packed (for the shuffle, exec.packed): the general rows packed, in pack's order
+    # made packed (for the shuffle, exec.shuffle.packed): the general rows packed, in pack's order
     assert packed == outcome(lambda rows: pack(runner.run(rows)))
 
 
@@ -244,7 +244,7 @@ def test_a_combining_first_stage_runs_over_a_read_tasks_blocks_at_once(
     if latest:
         whole = stage.items(pa.concat_batches(made))
         assert got == ([whole.to_pylist()] if whole.num_rows else [])
-    else:  # block by block, each block's rows packed for the shuffle (exec.packed)
+    else:  # block by block, each block's rows packed for the shuffle (exec.shuffle.packed)
         assert stage.packs
         each = [stage.items(block) for block in made]
         assert got == [pack(rows).to_pylist() for rows in each if rows.num_rows]
@@ -313,8 +313,8 @@ COUNTS = st.sampled_from([1, 2, 255, 256, 65535, 65536, 2**31 - 1]) | st.integer
 def test_count_pairs_are_pickled_in_arrow_as_pickle_pickles_them(pairs: list[tuple[str, int]]):
     import pickle
 
-    from flamestream.spark.exec.columnar import _pickled_pairs
-    from flamestream.spark.exec.items import MAPPED_TAG, PICKLE_PROTOCOL
+    from flamestream.spark.exec.declared.columnar import _pickled_pairs
+    from flamestream.spark.exec.general.items import MAPPED_TAG, PICKLE_PROTOCOL
 
     try:
         data = pa.array([w.encode("utf-8") for w, _ in pairs], pa.binary())
@@ -336,7 +336,7 @@ def test_a_shipped_front_stage_travels_packed_and_reads_as_the_stage():
 
     from flamestream.errors import ConfigError
     from flamestream.spark import SparkGraph
-    from flamestream.spark.exec.front_stage import ShippedFrontStage
+    from flamestream.spark.exec.general.front_stage import ShippedFrontStage
 
     stage = SparkGraph(_counting(True, "count"), release="latest")._front_stage("value")
     shipped = ShippedFrontStage(stage.encode())

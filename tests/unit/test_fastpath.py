@@ -1,7 +1,8 @@
 """The keyed stage's in-order fast path gives exactly what the general path gives.
 
 A keyed stage running map_reduce's cycle is driven twice over the same random batches: once
-with the fast path (:mod:`flamestream.spark.exec.fastpath`) and once delivering every item through
+with the fast path (:mod:`flamestream.spark.exec.declared.fastpath`) and once delivering every
+item through
 ``GroupingState.receive`` and the stateless handlers. After every batch the leaving rows must
 be equal, byte for byte, and so must the grouping states (buckets, clocks, the invalidation
 index, GC bookkeeping, statistics). Batches are random: keys, global times going back and
@@ -28,8 +29,8 @@ from flamestream.graph.mapreduce import Mapped, Reduced
 from flamestream.model import GlobalTime, LocalTime
 from flamestream.runtime.grouping import GroupingState
 from flamestream.spark.apply import SparkGraph
-from flamestream.spark.exec.fastpath import MapReduceCycle
-from flamestream.spark.exec.items import (
+from flamestream.spark.exec.declared.fastpath import MapReduceCycle
+from flamestream.spark.exec.general.items import (
     ITEM_SCHEMA,
     MAY_INVALIDATE,
     TOMBSTONE,
@@ -38,8 +39,8 @@ from flamestream.spark.exec.items import (
     encode_trace,
     sorted_by_meta,
 )
-from flamestream.spark.exec.keyed import KeyedRunner, _run_bounds
-from flamestream.spark.exec.packed import DICTIONARY_ENCODED
+from flamestream.spark.exec.general.keyed import KeyedRunner, _run_bounds
+from flamestream.spark.exec.shuffle.packed import DICTIONARY_ENCODED
 
 from ..examples import examples, scaled, tier
 
@@ -391,7 +392,7 @@ def test_map_reduce_cycle_is_recognized_after_the_graph_travels_to_workers():
 def with_render_tail(reducer: str, *, handed: bool) -> Any:
     """``flow(reducer)`` with a render step and a filter after the cycle (the stage's tail),
     as the sink's task runs them: handing the tail the payload objects or the encoded rows."""
-    from flamestream.spark.exec.tails import WithTails
+    from flamestream.spark.exec.general.tails import WithTails
 
     made = Dataflow("mr")
     shown = made.map("show", reduced(made, reducer), lambda r: f"{r.key}:{r.value}")
@@ -558,7 +559,7 @@ def rendered_task(template: str, *, fast: bool, declared: bool, latest: bool) ->
     """count's keyed stage with a render tail into the sink, as the sink's task runs them:
     the render a ``Template`` (``declared``) or the same text from a lambda."""
     from flamestream import Template
-    from flamestream.spark.exec.tails import WithTails
+    from flamestream.spark.exec.general.tails import WithTails
 
     made = Dataflow("mr")
     declared_fn = Template(template)

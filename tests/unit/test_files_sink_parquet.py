@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from flamestream.spark.connector.options import OptionReader
-from flamestream.spark.exec.items import RELEASED_COLUMNS
+from flamestream.spark.exec.general.items import RELEASED_COLUMNS
 from pyspark_flamestream.sinks.files import FilesOutput
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from flamestream import Dataflow, map_reduce
 from flamestream.spark import SparkGraph
-from flamestream.spark.exec.front_stage import RECORDS, ShippedFrontStage
+from flamestream.spark.exec.general.front_stage import RECORDS, ShippedFrontStage
 
 
 def lines(start: int, texts: list[str]) -> pa.RecordBatch:

@@ -21,9 +21,9 @@ from flamestream.spark.control.key_layout import (
     slot_of,
 )
 from flamestream.spark.durable.slots import SlotLoads
-from flamestream.spark.exec.items import encode_key
-from flamestream.spark.exec.keyed_state import SlotSnapshots
-from flamestream.spark.exec.partitioning import partition_of, salts
+from flamestream.spark.exec.general.items import encode_key
+from flamestream.spark.exec.general.keyed_state import SlotSnapshots
+from flamestream.spark.exec.general.partitioning import partition_of, salts
 
 from ..examples import examples
 from .helpers import item

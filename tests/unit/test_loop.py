@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from flamestream.examples.components import components, labels
 from flamestream.model import DataItem, GlobalTime, LocalTime, Meta
 from flamestream.spark.durable.loop import AckTable, LoopStore, loop_item_xors
-from flamestream.spark.exec.items import ITEM_SCHEMA, encode_payload
-from flamestream.spark.exec.partitioning import is_salt, partition_of, salts
-from flamestream.spark.exec.routing import LoopRouter
+from flamestream.spark.exec.general.items import ITEM_SCHEMA, encode_payload
+from flamestream.spark.exec.general.partitioning import is_salt, partition_of, salts
+from flamestream.spark.exec.general.routing import LoopRouter
 from flamestream.testing import RandomScheduler, Script, run_in_order, run_script
 
 from ..examples import examples

@@ -1,4 +1,4 @@
-"""Packed item rows (``exec.packed``): what packing keeps, and where the plan packs."""
+"""Packed item rows (``exec.shuffle.packed``): what packing keeps, and where the plan packs."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flamestream import Dataflow, count, map_reduce
-from flamestream.spark.exec.items import ITEM_FIELDS, ITEM_SCHEMA
-from flamestream.spark.exec.packed import PACKED_SCHEMA, is_packed, pack, unpack
+from flamestream.spark.exec.general.items import ITEM_FIELDS, ITEM_SCHEMA
+from flamestream.spark.exec.shuffle.packed import PACKED_SCHEMA, is_packed, pack, unpack
 from flamestream.spark.plan.execution import plan_execution
 
 from ..examples import examples

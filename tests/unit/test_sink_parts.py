@@ -26,7 +26,7 @@ from flamestream.spark.connector.sink import (
     _ready,
     fill_parts,
 )
-from flamestream.spark.exec.items import MAY_INVALIDATE, TOMBSTONE
+from flamestream.spark.exec.general.items import MAY_INVALIDATE, TOMBSTONE
 from pyspark_flamestream.sinks.files import FilesOutput
 
 from ..examples import examples

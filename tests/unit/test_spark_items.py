@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from flamestream.model import GlobalTime, LocalTime, Meta, invalidates
 from flamestream.spark.connector.barrier import NewerVersions, drop_invalidated
-from flamestream.spark.exec.items import (
+from flamestream.spark.exec.general.items import (
     MAY_INVALIDATE,
     TOMBSTONE,
     decode_payload,

@@ -24,7 +24,7 @@ from flamestream.graph.dataflow import Stream
 from flamestream.graph.steps import Sink
 from flamestream.model import DataItem, GlobalTime, Meta
 from flamestream.runtime.reference import stateless_handler, versioned_handler
-from flamestream.spark.exec.items import (
+from flamestream.spark.exec.general.items import (
     ITEM_SCHEMA,
     MAY_INVALIDATE,
     TOMBSTONE,
@@ -32,7 +32,7 @@ from flamestream.spark.exec.items import (
     encode_payload,
     encode_trace,
 )
-from flamestream.spark.exec.stateless import StageRunner, render_default
+from flamestream.spark.exec.general.stateless import StageRunner, render_default
 from flamestream.spark.plan.stages import keyed_entries, plan_stages
 
 from ..examples import examples
@@ -195,7 +195,7 @@ def test_combining_in_order_is_combining_by_meta(
     latest) folds the same values and keeps the same item as comparing metas does."""
     from flamestream.graph.mapreduce import Mapped
     from flamestream.model import LocalTime
-    from flamestream.spark.exec import combine
+    from flamestream.spark.exec.general import combine
 
     # input rows 0..5 with increasing metas; items in (row, child) order unless shuffled
     order = [(10 + r, 0, b"") for r in range(6)]
@@ -283,7 +283,7 @@ def test_pairs_path_sends_what_the_general_path_sends(
     and checking the order item by item; and raises the same error for an unhashable key."""
     import pytest
 
-    from flamestream.spark.exec import stateless
+    from flamestream.spark.exec.general import stateless
     from flamestream.spark.plan.stages import precombiners
 
     graph = pairs_graph(mapper, fan_in=fan_in).build()

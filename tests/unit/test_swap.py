@@ -32,8 +32,8 @@ from flamestream.spark.durable.functions import (
     pickled,
     record_steps,
 )
-from flamestream.spark.exec.items import ITEM_SCHEMA, decode_trace, encode_payload
-from flamestream.spark.exec.stateless import StageRunner
+from flamestream.spark.exec.general.items import ITEM_SCHEMA, decode_trace, encode_payload
+from flamestream.spark.exec.general.stateless import StageRunner
 from flamestream.spark.plan.stages import keyed_entries, plan_stages
 from flamestream.testing import Script, run_in_order, run_script
 
@@ -463,8 +463,8 @@ def test_keyed_runner_runs_a_swapped_step_of_its_cycle_by_each_items_time(
     """Round the cycle an item keeps its global time, so its version too."""
     from flamestream.runtime.grouping import GroupingState
     from flamestream.spark.apply import SparkGraph
-    from flamestream.spark.exec.items import encode_key
-    from flamestream.spark.exec.keyed import KeyedRunner
+    from flamestream.spark.exec.general.items import encode_key
+    from flamestream.spark.exec.general.keyed import KeyedRunner
 
     flow = countdown(minus_one)
     graph = SparkGraph(flow)

@@ -271,7 +271,7 @@ def test_invalidate_caches_reads_an_unchanged_zip_once_and_a_changed_one_again(t
 
 _POOL_PROBE = """
 import pyarrow as pa
-from flamestream.spark.exec.worker_setup import setup_worker, use_jemalloc
+from flamestream.spark.exec.worker.worker_setup import setup_worker, use_jemalloc
 setup_worker()  # not in a Spark task: nothing changes
 print(pa.default_memory_pool().backend_name, use_jemalloc(), pa.default_memory_pool().backend_name)
 """

@@ -309,7 +309,7 @@ def expected_rows(fronts: list[Front]) -> list[tuple[int, int, str, str]]:
     ids in sorted order of the file names (the files front numbers them so), ts from the
     record times. It admits them in global-time order, each run to quiescence.
     """
-    from flamestream.spark.exec.items import encode_trace
+    from flamestream.spark.exec.general.items import encode_trace
     from flamestream.testing import run_in_order
 
     ids = {name: n for n, name in enumerate(sorted(front.name for front in fronts))}

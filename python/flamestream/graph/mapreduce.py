@@ -110,7 +110,8 @@ class ReduceStep:
         """Whether it adds values up: ``operator.add``, no ``initial`` (``count``'s reduce).
 
         On ints that is a sum per key, which a runtime may compute without calling Python per
-        item (the Spark runtime's keyed stage does so, see ``flamestream.spark.exec.summed``).
+        item (the Spark runtime's keyed stage does so, see
+        ``flamestream.spark.exec.declared.summed``).
         """
         return self.reducer is operator.add and self.initial is _identity
 

@@ -4,7 +4,7 @@
 ``flow.map("render", counts, lambda r: f"{r.key}={r.value}")`` does, on every runtime. Declared
 this way, a runtime may render without calling Python per item: the Spark runtime renders a
 sum's ``Reduced(text, int)`` items in Arrow when every field of the template is a plain
-``{key}`` or ``{value}`` (see ``flamestream.spark.exec.rendered``).
+``{key}`` or ``{value}`` (see ``flamestream.spark.exec.declared.rendered``).
 """
 
 from __future__ import annotations

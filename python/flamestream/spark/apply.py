@@ -40,8 +40,8 @@ from flamestream.spark.control.key_layout import ElasticPolicy
 from flamestream.spark.control.swaps import SwapReader
 from flamestream.spark.durable import QueryCheckpoint, filesystem, write_atomically
 from flamestream.spark.durable.functions import record_steps
-from flamestream.spark.exec.front_stage import RECORDS, FrontStage
-from flamestream.spark.exec.items import (
+from flamestream.spark.exec.general.front_stage import RECORDS, FrontStage
+from flamestream.spark.exec.general.items import (
     BYTES_TAG,
     ITEM_DDL,
     MAY_INVALIDATE,
@@ -49,13 +49,13 @@ from flamestream.spark.exec.items import (
     TEXT_TAG,
     TOMBSTONE,
 )
-from flamestream.spark.exec.keyed import KeyedRunner
-from flamestream.spark.exec.partitioning import KEY_PARTITION, SALT_PREFIX, salts
-from flamestream.spark.exec.routing import LoopSpec, LoopWriter, Router
-from flamestream.spark.exec.shipping import OPTION as STAGE_OPTION
-from flamestream.spark.exec.shipping import ship
-from flamestream.spark.exec.stateless import StageRunner, render_default
-from flamestream.spark.exec.tails import WithTails
+from flamestream.spark.exec.general.keyed import KeyedRunner
+from flamestream.spark.exec.general.partitioning import KEY_PARTITION, SALT_PREFIX, salts
+from flamestream.spark.exec.general.routing import LoopSpec, LoopWriter, Router
+from flamestream.spark.exec.general.shipping import OPTION as STAGE_OPTION
+from flamestream.spark.exec.general.shipping import ship
+from flamestream.spark.exec.general.stateless import StageRunner, render_default
+from flamestream.spark.exec.general.tails import WithTails
 from flamestream.spark.plan.execution import plan_execution
 from flamestream.spark.plan.stages import Stage
 
@@ -172,7 +172,7 @@ class SparkGraph:
         (``spark.readStream.format("flamestream").option(...)``), or a list of them (one per
         source, unioned): then ``apply`` loads them itself and the fronts run the graph's
         first stage in their read tasks (or key the rows for the first grouping), so the
-        records leave Python once, as items (:mod:`flamestream.spark.exec.front_stage`). The
+        records leave Python once, as items (:mod:`flamestream.spark.exec.general.front_stage`). The
         released rows are the same. Returns
         ``ts, front, trace, flags, source, position, sink, value``: ``value`` is the payload
         as text (``render``), ``(ts, front, trace)`` its meta, ordered as the model orders
@@ -610,8 +610,8 @@ class _Wiring:
 ADAPTIVE_STREAMING = "spark.sql.adaptive.streaming.stateless.enabled"
 
 #: Where Spark cuts the Arrow batches that carry a task's rows to Python, and the most it may
-#: be for the fronts to send rows in blocks (``exec.blocks``): a batch ends after the row that
-#: takes it past the limit, so with blocks of at most 64 MiB it stays below Arrow's 2 GiB.
+#: be for the fronts to send rows in blocks (``exec.shuffle.blocks``): a batch ends after the
+#: row that takes it past the limit, so with blocks of at most 64 MiB it stays below Arrow's 2 GiB.
 ARROW_BATCH_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
 MAX_ARROW_BATCH_BYTES = 2**30
 
@@ -744,10 +744,10 @@ def _invalidators_everywhere(rows: DataFrame, partitions: int, column: str = "ke
     invalidates may have had other keys, hence live in other partitions; a tombstone has no
     key at all. So every such row is also sent, as a tombstone of its meta, to each partition
     that did not get it, with a salt key that lands there
-    (:mod:`flamestream.spark.exec.partitioning`); the grouping there drops what it invalidates
-    and remembers it against late arrivals. A tombstone's own row is replaced by its copies;
-    one whose key is a salt was handled already in that salt's partition (it came through the
-    loop) and goes to the others only.
+    (:mod:`flamestream.spark.exec.general.partitioning`); the grouping there drops what it
+    invalidates and remembers it against late arrivals. A tombstone's own row is replaced by its
+    copies; one whose key is a salt was handled already in that salt's partition (it came
+    through the loop) and goes to the others only.
 
     ``column`` is what the shuffle routes by: ``key``, or ``route`` under an elastic layout
     (where a copy's route and key are both the salt).

@@ -17,7 +17,12 @@ from flamestream.model import END_OF_TIME, GlobalTime, LocalTime, Trace
 from flamestream.spark.connector.offsets import OFFSET_VERSIONS, FrontOffset
 from flamestream.spark.durable import QueryCheckpoint
 from flamestream.spark.durable.loop import AckTable, loops_enabled
-from flamestream.spark.exec.items import MAY_INVALIDATE, TOMBSTONE, decode_trace, sorted_by_meta
+from flamestream.spark.exec.general.items import (
+    MAY_INVALIDATE,
+    TOMBSTONE,
+    decode_trace,
+    sorted_by_meta,
+)
 
 
 def front_offsets(checkpoint: str, batch_id: int) -> list[dict[str, Any]]:
@@ -80,8 +85,9 @@ def read_min_time(
 def drop_invalidated(table: pa.Table) -> pa.Table:
     """``table`` without tombstones and without rows a newer version in it invalidates.
 
-    Graph outputs carry ``flags`` and ``trace`` (:mod:`flamestream.spark.exec.items`). Only rows
-    flagged may-invalidate can invalidate, and only rows of their own global time, so rows
+    Graph outputs carry ``flags`` and ``trace`` (:mod:`flamestream.spark.exec.general.items`).
+    Only rows flagged may-invalidate can invalidate, and only rows of their own global time,
+    so rows
     are compared within the global times that have a flagged row; the rest pass untouched.
     A victim always reaches the sink before the min-time passes its global time, so it is
     either here (pending or new) or arrives later and is dropped here then.

@@ -59,9 +59,9 @@ from flamestream.spark.control.admission import HISTORY, AdmissionController, Bu
 from flamestream.spark.control.budgeted import INITIAL_LIMIT, LIMIT_FROM, LimitBoard, front_record
 from flamestream.spark.control.budgeted import RECORD as BUDGET_RECORD
 from flamestream.spark.durable import QueryCheckpoint, batch_id_of_task
-from flamestream.spark.exec.front_stage import ShippedFrontStage
-from flamestream.spark.exec.shipping import OPTION as STAGE_OPTION
-from flamestream.spark.exec.worker_setup import setup_worker
+from flamestream.spark.exec.general.front_stage import ShippedFrontStage
+from flamestream.spark.exec.general.shipping import OPTION as STAGE_OPTION
+from flamestream.spark.exec.worker.worker_setup import setup_worker
 
 #: Columns every front emits first, before its own payload columns.
 META_FIELDS = [

@@ -55,15 +55,15 @@ from flamestream.spark.durable.barrier import (
 )
 from flamestream.spark.durable.loop import AckTable, loops_enabled
 from flamestream.spark.durable.state import STATE_BYTES
-from flamestream.spark.exec.items import (
+from flamestream.spark.exec.general.items import (
     MAY_INVALIDATE,
     RELEASED_COLUMNS,
     TOMBSTONE,
     ascending,
 )
-from flamestream.spark.exec.shipping import OPTION as STAGE_OPTION
-from flamestream.spark.exec.shipping import unship
-from flamestream.spark.exec.worker_setup import setup_worker
+from flamestream.spark.exec.general.shipping import OPTION as STAGE_OPTION
+from flamestream.spark.exec.general.shipping import unship
+from flamestream.spark.exec.worker.worker_setup import setup_worker
 
 #: ts above this (2001 in µs) come from the wall clock, not ``clock=logical``.
 WALL_CLOCK_FLOOR = 10**15
@@ -386,7 +386,7 @@ class BarrierWriter(DataSourceStreamArrowWriter):
         stage = options.raw(STAGE_OPTION)
         self.stage = unship(stage) if stage else None
         missing = [c for c in REQUIRED_COLUMNS if c not in schema.fieldNames()]
-        if missing and self.stage is None:  # a stage's input may be blocks (exec.blocks)
+        if missing and self.stage is None:  # a stage's input may be blocks (exec.shuffle.blocks)
             raise ConfigError(
                 options.step,
                 "input columns",

@@ -34,7 +34,7 @@ from flamestream.spark.durable import (
 from flamestream.spark.durable.loop import KEEP_BATCHES, AckTable, LoopStore
 from flamestream.spark.durable.requests import Request, RequestStore
 from flamestream.spark.durable.slots import SlotLoads, slot_bytes
-from flamestream.spark.exec.worker_setup import setup_worker
+from flamestream.spark.exec.worker.worker_setup import setup_worker
 
 _log = logging.getLogger(__name__)
 

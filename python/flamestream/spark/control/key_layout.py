@@ -37,7 +37,7 @@ from flamestream.errors import ConfigError
 from flamestream.spark.durable import (
     QueryCheckpoint,
 )
-from flamestream.spark.exec.partitioning import SALT_PREFIX, is_salt, landing_keys
+from flamestream.spark.exec.general.partitioning import SALT_PREFIX, is_salt, landing_keys
 
 #: Slots per key partition: how finely key ranges can be moved.
 SLOTS_PER_PARTITION = 4

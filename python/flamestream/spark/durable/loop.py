@@ -52,7 +52,7 @@ from flamestream.spark.durable import (
     stale_temporaries,
     write_atomically,
 )
-from flamestream.spark.exec.items import (
+from flamestream.spark.exec.general.items import (
     ITEM_SCHEMA,
 )
 

@@ -82,7 +82,7 @@ def slot_bytes(state_url: str) -> dict[int, int]:
     """Bytes of each slot's newest snapshot, summed over the groupings (one listing).
 
     Slot snapshots live in ``<state>/<grouping>.slots/part-<slot>/<batch>.state``
-    (:class:`flamestream.spark.exec.keyed_state.SlotSnapshots`).
+    (:class:`flamestream.spark.exec.general.keyed_state.SlotSnapshots`).
     """
     fs, root = filesystem(state_url)
     try:

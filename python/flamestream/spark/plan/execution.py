@@ -134,7 +134,7 @@ class ExecutionPlan:
         ]
 
     def packed_into(self) -> int | None:
-        """The keyed stage the fronts' rows may travel to packed (``exec.packed``), or None.
+        """The keyed stage the fronts' rows may travel to packed (``exec.shuffle.packed``), or None.
 
         :meth:`blocked_into`'s stage, if it combines nothing before the shuffle (a combined
         stage's rows are distinct items already).
@@ -146,7 +146,9 @@ class ExecutionPlan:
         return index
 
     def blocked_into(self) -> int | None:
-        """The keyed stage the fronts' rows may travel to in blocks (``exec.blocks``), or None.
+        """The keyed stage the fronts' rows may travel to in blocks (``exec.shuffle.blocks``).
+
+        None when they may not.
 
         When the fronts run :attr:`in_front` in their reads and all that it sends (or, when
         the fronts only key the rows, all the source sends) goes to one keyed stage that

@@ -328,7 +328,7 @@ class TextCount:
     """A stateless stage that is ``[flat_map(str.split) ->] count(...)``'s map.
 
     What :func:`text_count` recognizes; the stage runner then splits and counts in Arrow
-    (:mod:`flamestream.spark.exec.columnar`).
+    (:mod:`flamestream.spark.exec.declared.columnar`).
     """
 
     entry: str  #: the stage's one entry step
@@ -375,7 +375,7 @@ class TemplateRender:
     """A stateless stage that is one map rendering with a plain ``Template`` into a sink.
 
     What :func:`template_render` recognizes; after a keyed stage summing text keys, the tail
-    then renders in Arrow (:mod:`flamestream.spark.exec.rendered`).
+    then renders in Arrow (:mod:`flamestream.spark.exec.declared.rendered`).
     """
 
     parts: tuple[tuple[str, str | None], ...]  #: the template's (literal, field) pairs

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from flamestream.spark.exec.partitioning import landing_keys, partitions_of
+from flamestream.spark.exec.general.partitioning import landing_keys, partitions_of
 
 #: What block rows look like.
 BLOCK_SCHEMA = pa.schema(

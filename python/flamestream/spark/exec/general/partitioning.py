@@ -28,7 +28,7 @@ _C1, _C2 = 0xCC9E2D51, 0x1B873593
 
 #: The column that carries a keyed stage's row's key partition through the shuffle: the
 #: partition is part of the row, so a keyed task's state never depends on where Spark's plan
-#: numbers the task (see :func:`flamestream.spark.exec.keyed.key_partition`).
+#: numbers the task (see :func:`flamestream.spark.exec.general.keyed.key_partition`).
 KEY_PARTITION = "part"
 
 

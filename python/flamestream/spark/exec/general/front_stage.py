@@ -19,11 +19,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from flamestream.errors import ConfigError
-from flamestream.spark.exec.blocks import BLOCK_SCHEMA, blocked
-from flamestream.spark.exec.items import BYTES_TAG, ITEM_SCHEMA, TEXT_TAG
-from flamestream.spark.exec.packed import PACKED_SCHEMA
-from flamestream.spark.exec.shipping import ship, unship
-from flamestream.spark.exec.stateless import StageRunner
+from flamestream.spark.exec.general.items import BYTES_TAG, ITEM_SCHEMA, TEXT_TAG
+from flamestream.spark.exec.general.shipping import ship, unship
+from flamestream.spark.exec.general.stateless import StageRunner
+from flamestream.spark.exec.shuffle.blocks import BLOCK_SCHEMA, blocked
+from flamestream.spark.exec.shuffle.packed import PACKED_SCHEMA
 
 #: The column a fused front adds to the rows it sends: how many front records they account
 #: for (on the first row sent after those records were read, 0 on the others). Spark counts

@@ -1,7 +1,7 @@
 """map_reduce's cycle adding up ints (``count``, or ``operator.add``), run in Arrow.
 
-:meth:`MapReduceCycle.run_in_order <flamestream.spark.exec.fastpath.MapReduceCycle>` folds a
-batch lying wholly in order and below the min-time one row at a time: decode the pair, fold,
+:meth:`MapReduceCycle.run_in_order <flamestream.spark.exec.declared.fastpath.MapReduceCycle>`
+folds a batch lying wholly in order and below the min-time one row at a time: decode the pair, fold,
 make the leaving row. When the reduce adds up (``ReduceStep.sums``: ``operator.add``, no
 ``initial``) and every row is a ``Mapped(text key, int value)``, that fold is a cumulative sum
 per key, and what it leaves is fixed by the rows alone:
@@ -34,8 +34,10 @@ import pyarrow.compute as pc
 from flamestream.graph.mapreduce import Reduced
 from flamestream.model import GlobalTime, LocalTime, Meta
 from flamestream.runtime.grouping import GroupingState
-from flamestream.spark.exec.fastpath import MapReduceCycle, _TraceCache
-from flamestream.spark.exec.items import (
+from flamestream.spark.exec.declared.fastpath import MapReduceCycle, _TraceCache
+from flamestream.spark.exec.declared.rendered import ReducedColumns, item_rows
+from flamestream.spark.exec.declared.summed_state import SummedBuckets
+from flamestream.spark.exec.general.items import (
     LOCAL_BYTES,
     PAIR_HEAD,
     encode_trace,
@@ -43,9 +45,7 @@ from flamestream.spark.exec.items import (
     stable_order,
     time_starts,
 )
-from flamestream.spark.exec.rendered import ReducedColumns, item_rows
-from flamestream.spark.exec.stateless import Exits, Handed
-from flamestream.spark.exec.summed_state import SummedBuckets
+from flamestream.spark.exec.general.stateless import Exits, Handed
 
 #: ``MAPPED_TAG`` + ``pickle.dumps((text, int), 5)`` with text < 256 bytes: ``PAIR_HEAD``
 #: (the tag, protocol 5, a frame opcode), the frame's 8-byte length, SHORT_BINUNICODE, its

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from flamestream.graph.mapreduce import Reduced
 from flamestream.model import DataItem, GlobalTime, Meta
 from flamestream.runtime.grouping import Bucket, ColumnBuckets
-from flamestream.spark.exec.items import decode_trace
+from flamestream.spark.exec.general.items import decode_trace
 
 
 class SummedBuckets(ColumnBuckets):

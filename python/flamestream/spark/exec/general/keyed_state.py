@@ -22,8 +22,8 @@ from flamestream.runtime.grouping import GroupingState
 from flamestream.spark.control.key_layout import Layout, read_layout, slot_of
 from flamestream.spark.durable.slots import SlotLoads
 from flamestream.spark.durable.state import StateStore
-from flamestream.spark.exec.items import encode_key
-from flamestream.spark.exec.partitioning import is_salt
+from flamestream.spark.exec.general.items import encode_key
+from flamestream.spark.exec.general.partitioning import is_salt
 
 
 class StateIO(ABC):

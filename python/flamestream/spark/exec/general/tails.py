@@ -18,9 +18,9 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from flamestream.spark.exec.keyed import KeyedRunner
-from flamestream.spark.exec.rendered import ReducedColumns
-from flamestream.spark.exec.stateless import Handed, StageRunner
+from flamestream.spark.exec.declared.rendered import ReducedColumns
+from flamestream.spark.exec.general.keyed import KeyedRunner
+from flamestream.spark.exec.general.stateless import Handed, StageRunner
 
 #: Rows and, when the keyed stage handed them, their payload objects (by row).
 _Rows = tuple[pa.RecordBatch, Handed | None]

@@ -25,7 +25,7 @@ from typing import Any
 
 from flamestream.graph.mapreduce import Mapped
 from flamestream.model import LocalTime
-from flamestream.spark.exec.items import TOMBSTONE
+from flamestream.spark.exec.general.items import TOMBSTONE
 
 
 class Items:

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from flamestream.spark.exec.items import ITEM_FIELDS, stable_order
+from flamestream.spark.exec.general.items import ITEM_FIELDS, stable_order
 
 #: The columns that differ between the occurrences of one item (lists in a packed row).
 OCCURRENCE_COLUMNS = ("ts", "trace", "position")

@@ -21,7 +21,7 @@ from flamestream.spark.durable import (
     batch_id_of_task,
 )
 from flamestream.spark.durable.loop import LoopStore
-from flamestream.spark.exec.items import (
+from flamestream.spark.exec.general.items import (
     ITEM_SCHEMA,
     MAY_INVALIDATE,
     TOMBSTONE,
@@ -29,11 +29,11 @@ from flamestream.spark.exec.items import (
     encode_payload,
     encode_trace,
 )
-from flamestream.spark.exec.partitioning import (
+from flamestream.spark.exec.general.partitioning import (
     partition_of,
     salts,
 )
-from flamestream.spark.exec.worker_setup import setup_worker
+from flamestream.spark.exec.worker.worker_setup import setup_worker
 
 
 class LoopRouter:

@@ -33,8 +33,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from flamestream.graph.logical import LogicalGraph
-from flamestream.spark.exec.items import ITEM_SCHEMA, PAIR_HEAD, TEXT_TAG
-from flamestream.spark.exec.packed import group, packed_rows
+from flamestream.spark.exec.general.items import ITEM_SCHEMA, PAIR_HEAD, TEXT_TAG
+from flamestream.spark.exec.shuffle.packed import group, packed_rows
 from flamestream.spark.plan.stages import Stage, TextCount, text_count
 
 

@@ -25,7 +25,7 @@ from flamestream.errors import InvariantError
 from flamestream.graph.logical import LogicalGraph
 from flamestream.graph.mapreduce import Reduced
 from flamestream.model import LocalTime
-from flamestream.spark.exec.items import ITEM_SCHEMA, encode_trace, extended_traces
+from flamestream.spark.exec.general.items import ITEM_SCHEMA, encode_trace, extended_traces
 from flamestream.spark.plan.stages import Stage, TemplateRender, template_render
 
 #: What a stateless step appends to the trace of its only output: ``(0, 0)``.

@@ -40,10 +40,10 @@ from flamestream.model import GlobalTime, LocalTime
 from flamestream.runtime.grouping import is_hashable
 from flamestream.runtime.swaps import Versions
 from flamestream.spark.durable.checkpoint import batch_id_of_task
-from flamestream.spark.exec.columnar import CountedText
-from flamestream.spark.exec.combine import Items, combined, rows_in_meta_order
-from flamestream.spark.exec.gc_pause import gc_paused
-from flamestream.spark.exec.items import (
+from flamestream.spark.exec.declared.columnar import CountedText
+from flamestream.spark.exec.declared.rendered import ReducedColumns, RenderedTail
+from flamestream.spark.exec.general.combine import Items, combined, rows_in_meta_order
+from flamestream.spark.exec.general.items import (
     ITEM_SCHEMA,
     MAPPED_TAG,
     MAY_INVALIDATE,
@@ -54,9 +54,9 @@ from flamestream.spark.exec.items import (
     encode_payload,
     encode_trace,
 )
-from flamestream.spark.exec.packed import pack
-from flamestream.spark.exec.rendered import ReducedColumns, RenderedTail
-from flamestream.spark.exec.worker_setup import setup_worker
+from flamestream.spark.exec.shuffle.packed import pack
+from flamestream.spark.exec.worker.gc_pause import gc_paused
+from flamestream.spark.exec.worker.worker_setup import setup_worker
 from flamestream.spark.plan.stages import Stage
 
 if TYPE_CHECKING:

@@ -2,8 +2,8 @@
 
 A keyed stage delivers its batch's items one at a time, each to quiescence through the
 grouping's state machine and the stateless steps of the cycle
-(:meth:`KeyedRunner._run <flamestream.spark.exec.keyed.KeyedRunner>`). For map_reduce's cycle
-(merge -> grouping(2, by key) -> filter -> reduce -> broadcast -> back to the merge) an
+(:meth:`KeyedRunner._run <flamestream.spark.exec.general.keyed.KeyedRunner>`). For map_reduce's
+cycle (merge -> grouping(2, by key) -> filter -> reduce -> broadcast -> back to the merge) an
 item that arrives *in order* always takes the same path, so its outcome can be written down
 instead of interpreted. A mapped item ``x`` with trace ``T`` whose key's bucket ends below it:
 
@@ -50,7 +50,7 @@ from flamestream.graph.mapreduce import (
 from flamestream.graph.steps import Broadcast, Filter, Map, Merge
 from flamestream.model import DataItem, GlobalTime, LocalTime, Meta
 from flamestream.runtime.grouping import GroupingState
-from flamestream.spark.exec.items import (
+from flamestream.spark.exec.general.items import (
     MAPPED_TAG,
     MAY_INVALIDATE,
     TOMBSTONE,
@@ -58,7 +58,7 @@ from flamestream.spark.exec.items import (
     decode_trace,
     encode_trace,
 )
-from flamestream.spark.exec.stateless import Exits
+from flamestream.spark.exec.general.stateless import Exits
 from flamestream.spark.plan.stages import Stage
 
 _LOCAL = struct.Struct(">QI")

@@ -45,10 +45,9 @@ from flamestream.spark.durable import (
     batch_id_of_task,
 )
 from flamestream.spark.durable.loop import LoopStore
-from flamestream.spark.exec.blocks import is_blocked, opened
-from flamestream.spark.exec.fastpath import Leaving, MapReduceCycle
-from flamestream.spark.exec.gc_pause import gc_paused
-from flamestream.spark.exec.items import (
+from flamestream.spark.exec.declared.fastpath import Leaving, MapReduceCycle
+from flamestream.spark.exec.declared.summed import SummedCycle
+from flamestream.spark.exec.general.items import (
     MAY_INVALIDATE,
     TOMBSTONE,
     decode_payload,
@@ -56,13 +55,14 @@ from flamestream.spark.exec.items import (
     sorted_by_meta,
     time_starts,
 )
-from flamestream.spark.exec.keyed_state import TaskLocal, state_io
-from flamestream.spark.exec.packed import is_packed, unpack
-from flamestream.spark.exec.partitioning import KEY_PARTITION
-from flamestream.spark.exec.routing import LoopRouter, LoopSpec
-from flamestream.spark.exec.stateless import Exits, Handed, render_default
-from flamestream.spark.exec.summed import SummedCycle
-from flamestream.spark.exec.worker_setup import setup_worker
+from flamestream.spark.exec.general.keyed_state import TaskLocal, state_io
+from flamestream.spark.exec.general.partitioning import KEY_PARTITION
+from flamestream.spark.exec.general.routing import LoopRouter, LoopSpec
+from flamestream.spark.exec.general.stateless import Exits, Handed, render_default
+from flamestream.spark.exec.shuffle.blocks import is_blocked, opened
+from flamestream.spark.exec.shuffle.packed import is_packed, unpack
+from flamestream.spark.exec.worker.gc_pause import gc_paused
+from flamestream.spark.exec.worker.worker_setup import setup_worker
 from flamestream.spark.plan.stages import Stage
 
 if TYPE_CHECKING:

@@ -1,0 +1,1 @@
+"""Arrow paths for declared steps (``count``, map_reduce's sums, ``Template``): shortcuts."""

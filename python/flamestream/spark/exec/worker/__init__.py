@@ -1,0 +1,1 @@
+"""A Spark Python worker's one-time setup and its garbage collector's pause per batch."""
