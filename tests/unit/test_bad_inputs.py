@@ -6,6 +6,7 @@ file, and options set to an empty string.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -205,6 +206,43 @@ def test_a_stage_fails_before_the_shuffle_naming_the_grouping_and_determinant():
     assert error.global_time == GlobalTime(5, 0)
     assert error.determinant == ("a.txt", 0)
     assert error.key == ["t", "h", "e"]
+
+
+def _words_until_a_number(line: str) -> Iterator[str]:
+    for word in line.split():
+        if word.isdigit():
+            raise ValueError(f"a number: {word}")
+        yield word
+
+
+@pytest.mark.parametrize("fn", [_words_until_a_number, lambda line: iter(line.split())])
+def test_a_flat_map_returning_an_iterator_is_run_whole_and_its_errors_name_the_record(fn):
+    """A flat_map may return any iterable: a generator is run in the stage, and its error
+    (raised while the stage takes its children) names the record it came from."""
+    flow = Dataflow("gen")
+    flow.sink("out", flow.flat_map("split", flow.source("in"), fn))
+    graph = flow.build()
+    (stage,) = plan_stages(graph)
+    runner = StageRunner(graph, stage, keyed_entries(graph, [stage]))
+    lines = ["the cat", "a 12 dog", "sat"]
+    batch = pa.RecordBatch.from_pylist(
+        [
+            {"ts": 5 + n, "front": 0, "trace": b"", "flags": 0, "source": "a.txt",
+             "position": 10 * n, "to": "split", "key": None,
+             "payload": encode_payload(line), "value": None}
+            for n, line in enumerate(lines)
+        ],
+        schema=ITEM_SCHEMA,
+    )  # fmt: skip
+    if fn is not _words_until_a_number:
+        out = runner.run(batch)
+        assert out.column("value").to_pylist() == " ".join(lines).split()
+        return
+    with pytest.raises(StepError) as caught:
+        runner.run(batch)
+    assert caught.value.step_id == "split"
+    assert caught.value.global_time == GlobalTime(6, 0)
+    assert caught.value.determinant == ("a.txt", 10)
 
 
 def test_encode_key_refuses_unhashable_keys_only():

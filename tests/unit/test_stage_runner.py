@@ -199,13 +199,14 @@ def test_combining_in_order_is_combining_by_meta(
 
     # input rows 0..5 with increasing metas; items in (row, child) order unless shuffled
     order = [(10 + r, 0, b"") for r in range(6)]
-    items = combine.Items()
+    suffixes = {child: (LocalTime(0, child),) for child in range(len(rows))}
+    items = combine.Items(table=tuple(suffixes.values()))
     ordered = sorted(enumerate(rows), key=lambda e: (e[1][0], e[0]))
     if shuffle:
         random.Random(len(rows)).shuffle(ordered)
     for child, (row, key, value, replay) in ordered:
         items.rows.append(row)
-        items.suffixes.append((LocalTime(0, child),))
+        items.sids.append(child)
         items.payloads.append(Mapped(key, value))
         items.flags.append(MAY_INVALIDATE if replay else 0)
     in_order = combine.in_meta_order(order, items)
@@ -223,7 +224,9 @@ def test_combining_in_order_is_combining_by_meta(
 
 
 def combined_rows(items: Any) -> list[tuple[Any, ...]]:
-    rows = zip(items.rows, items.suffixes, map(repr, items.payloads), items.flags, strict=True)
+    suffixes = [items.suffix(k) for k in range(len(items.rows))]
+    items.materialize()  # a fast path hands pairs on: compare the Mapped items they stand for
+    rows = zip(items.rows, suffixes, map(repr, items.payloads), items.flags, strict=True)
     return sorted(rows)
 
 

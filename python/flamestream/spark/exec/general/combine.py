@@ -27,15 +27,28 @@ from flamestream.graph.mapreduce import Mapped
 from flamestream.model import LocalTime
 from flamestream.spark.exec.general.items import TOMBSTONE
 
+#: A trace suffix: the local times a stage's steps appended to an input row's trace.
+Suffix = tuple[LocalTime, ...]
+
 
 class Items:
-    """Items on their way to one step: parallel lists (input row, trace suffix, payload, flags)."""
+    """Items on their way to one step: parallel lists (input row, suffix id, payload, flags).
 
-    __slots__ = ("flags", "ordered", "pairs", "payloads", "rows", "suffixes")
+    An item's trace suffix is ``table[sids[k]]``: a batch's items carry only a handful of
+    distinct suffixes (one per position in a flat_map's output, say), so each is made once,
+    and a step that appends the same local time to every item (map, filter, merge) extends
+    the table, not each item. Items made from others share the table (``derived``); lists
+    are never changed in place once another queue may hold them (``take`` copies).
+    """
 
-    def __init__(self, *, ordered: bool = False, pairs: bool = False) -> None:
+    __slots__ = ("flags", "ordered", "pairs", "payloads", "rows", "sids", "table")
+
+    def __init__(
+        self, *, ordered: bool = False, pairs: bool = False, table: Sequence[Suffix] = ((),)
+    ) -> None:
         self.rows: list[int] = []
-        self.suffixes: list[tuple[LocalTime, ...]] = []
+        self.sids: list[int] = []  # per item, the index of its suffix in ``table``
+        self.table: Sequence[Suffix] = table
         self.payloads: list[Any] = []
         self.flags: list[int] = []
         #: known to be in meta order (see the module's docstring)
@@ -43,32 +56,49 @@ class Items:
         #: payloads are (key, value) pairs of map_reduce's mapped items (tombstones: None)
         self.pairs = pairs
 
-    def add(self, row: int, suffix: tuple[LocalTime, ...], payload: Any, flag: int) -> None:
-        """One more item."""
-        self.rows.append(row)
-        self.suffixes.append(suffix)
-        self.payloads.append(payload)
-        self.flags.append(flag)
+    @classmethod
+    def derived(cls, items: Items, *, ordered: bool | None = None) -> Items:
+        """No items yet, with ``items``' suffix table (and order, unless given)."""
+        return cls(ordered=items.ordered if ordered is None else ordered, table=items.table)
+
+    def suffix(self, nth: int) -> Suffix:
+        """The trace suffix of the ``nth`` item."""
+        return self.table[self.sids[nth]]
 
     def add_nth(self, items: Items, nth: int, payload: Any, flag: int) -> None:
-        """``items``' ``nth`` item (its row and suffix) with ``payload`` and ``flag``."""
-        self.add(items.rows[nth], items.suffixes[nth], payload, flag)
+        """``items``' ``nth`` item (its row and suffix) with ``payload`` and ``flag``.
+
+        ``items`` must share this queue's table (see :meth:`derived`).
+        """
+        self.rows.append(items.rows[nth])
+        self.sids.append(items.sids[nth])
+        self.payloads.append(payload)
+        self.flags.append(flag)
 
     def take(self, other: Items) -> None:
         """Append ``other``'s items (another producer's, or the stage's input rows)."""
         if not other.rows:
             return
+        sids = other.sids
         if self.rows:  # two producers: their items interleave in no known order
             self.ordered = False
             if self.pairs != other.pairs:
                 self.materialize()
                 other.materialize()
+            if other.table is not self.table:  # one table for both: the other's ids move up
+                offset = len(self.table)
+                self.table = (*self.table, *other.table)
+                sids = [sid + offset for sid in sids]
         else:
-            self.ordered, self.pairs = other.ordered, other.pairs
+            self.ordered, self.pairs, self.table = other.ordered, other.pairs, other.table
         self.rows += other.rows
-        self.suffixes += other.suffixes
+        self.sids += sids
         self.payloads += other.payloads
         self.flags += other.flags
+
+    def extended(self, local: LocalTime) -> tuple[Suffix, ...]:
+        """The table with ``local`` appended to every suffix (the ids stay what they were)."""
+        return tuple((*suffix, local) for suffix in self.table)
 
     def materialize(self) -> None:
         """Turn pairs into the ``Mapped`` items they stand for (no-op for other payloads)."""
@@ -104,11 +134,11 @@ def in_meta_order(order: Sequence[tuple[Any, ...]], items: Items) -> bool:
 
     ``order`` holds each input row's meta; an item's meta is its row's, then its suffix.
     """
-    rows, suffixes = items.rows, items.suffixes
+    rows, sids, table = items.rows, items.sids, items.table
     for k in range(1, len(rows)):
         a, b = rows[k - 1], rows[k]
         if a == b:
-            if not suffixes[k - 1] < suffixes[k]:
+            if not table[sids[k - 1]] < table[sids[k]]:
                 return False
         elif not order[a] < order[b]:
             return False
@@ -134,17 +164,19 @@ def _combined_pairs_in_order(items: Items, reducer: Callable[[Any, Any], Any]) -
             values[key] = value
         last[key] = k
     latest = list(last.values())
-    out = Items()
+    out = Items.derived(items, ordered=False)
     out.rows = [items.rows[k] for k in latest]
-    out.suffixes = [items.suffixes[k] for k in latest]
-    out.payloads = [Mapped(key, values[key]) for key in last]
+    out.sids = [items.sids[k] for k in latest]
+    # still pairs (keys in the order of ``last``'s, as inserted alongside): the stage's exit
+    # encodes them as Mapped items without making any (``ExitRows.extend_pairs``)
+    out.payloads, out.pairs = list(values.items()), True
     out.flags = [0] * len(latest)
     return out
 
 
 def combined_in_order(items: Items, reducer: Callable[[Any, Any], Any]) -> Items:
     """:func:`combined` for items in meta order: a key's latest is its last."""
-    out = Items()
+    out = Items.derived(items, ordered=False)
     last: dict[Any, int] = {}  # key -> index of its last (latest) mapped item
     values: dict[Any, Any] = {}
     for k, (payload, flag) in enumerate(zip(items.payloads, items.flags, strict=True)):
@@ -169,12 +201,12 @@ def combined_any_order(
     # key -> index of its latest item, and that item's (row order, suffix) once compared
     best: dict[Any, tuple[int, Any]] = {}
     values: dict[Any, Any] = {}
-    out = Items()
-    for k, (row, suffix, payload, flag) in enumerate(
-        zip(items.rows, items.suffixes, items.payloads, items.flags, strict=True)
+    out = Items.derived(items, ordered=False)
+    for k, (row, payload, flag) in enumerate(
+        zip(items.rows, items.payloads, items.flags, strict=True)
     ):
         if flag or not isinstance(payload, Mapped):  # tombstones, replays: as they are
-            out.add(row, suffix, payload, flag)
+            out.add_nth(items, k, payload, flag)
             continue
         key = payload.key
         held = best.get(key)
@@ -184,8 +216,8 @@ def combined_any_order(
         values[key] = reducer(values[key], payload.value)
         j, there = held
         if there is None:
-            there = (order[items.rows[j]], items.suffixes[j])
-        here = (order[row], suffix)
+            there = (order[items.rows[j]], items.suffix(j))
+        here = (order[row], items.suffix(k))
         best[key] = (k, here) if here > there else (j, there)
     for key, (k, _) in best.items():
         out.add_nth(items, k, Mapped(key, values[key]), 0)

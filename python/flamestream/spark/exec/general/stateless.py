@@ -189,7 +189,7 @@ class StageRunner:
         targets = batch.column("to").unique()
         if len(targets) == 1:  # the common case: every row for one step, in bulk
             every = Items(ordered=ordered)
-            every.rows, every.suffixes = list(range(batch.num_rows)), [()] * batch.num_rows
+            every.rows, every.sids = list(range(batch.num_rows)), [0] * batch.num_rows
             every.payloads, every.flags = payloads, flags
             return {targets[0].as_py(): every}
         entering: dict[str, Items] = {}
@@ -199,7 +199,10 @@ class StageRunner:
             items = entering.get(to)
             if items is None:
                 items = entering[to] = Items(ordered=ordered)
-            items.add(row, (), payload, flag)
+            items.rows.append(row)
+            items.sids.append(0)  # the empty suffix: the rows are the stage's inputs
+            items.payloads.append(payload)
+            items.flags.append(flag)
         return entering
 
     def _apply_versions(
@@ -219,7 +222,7 @@ class StageRunner:
             return self._apply(steps[picked[0] if picked else 0], items, batch)
         joined: list[Items] = []
         for version in sorted(set(picked)):
-            part = Items(ordered=items.ordered)
+            part = Items.derived(items)
             for k in (k for k, v in enumerate(picked) if v == version):
                 part.add_nth(items, k, items.payloads[k], items.flags[k])
             outputs = self._apply(steps[version], part, batch)
@@ -236,23 +239,20 @@ class StageRunner:
         if isinstance(step, Broadcast):
             copies = []
             for port in range(step.n):
-                out = Items(ordered=items.ordered)
-                local = LocalTime(0, port)
-                out.rows = list(items.rows)
-                out.suffixes = _extended(items.suffixes, local)
-                out.payloads = list(items.payloads)
-                out.flags = list(items.flags)
+                out = Items(ordered=items.ordered, table=items.extended(LocalTime(0, port)))
+                out.rows, out.sids = items.rows, items.sids  # shared: never changed in place
+                out.payloads, out.flags = items.payloads, items.flags
                 copies.append(out)
             return copies
-        out = Items(ordered=items.ordered)
+        # map, merge and filter append (0, 0) to every item's suffix: to the table's
+        out = Items(ordered=items.ordered, table=items.extended(_STATELESS_LOCAL))
         if isinstance(step, Merge):
-            out.rows, out.payloads, out.flags = items.rows, items.payloads, items.flags
-            out.suffixes = _extended(items.suffixes, _STATELESS_LOCAL)
+            out.rows, out.sids = items.rows, items.sids
+            out.payloads, out.flags = items.payloads, items.flags
             return [out]
         if isinstance(step, Map):
-            out.rows, out.flags = items.rows, items.flags
+            out.rows, out.sids, out.flags = items.rows, items.sids, items.flags
             out.payloads, out.pairs = self._mapped(step, items, batch)
-            out.suffixes = _extended(items.suffixes, _STATELESS_LOCAL)
             return [out]
         if isinstance(step, Filter):
             predicate = step.predicate
@@ -267,35 +267,42 @@ class StageRunner:
                 else:
                     continue
                 out.rows.append(items.rows[k])
-                out.suffixes.append(items.suffixes[k])
+                out.sids.append(items.sids[k])
                 out.flags.append(flag)
-            out.suffixes = _extended(out.suffixes, _STATELESS_LOCAL)
             return [out]
         if isinstance(step, FlatMap):
-            fn = step.fn
-            expanded = self._call(step, items, batch, lambda p: list(fn(p)))
-            # per parent suffix (shared tuples, by identity): its children's suffixes so far
-            extend: dict[int, list[tuple[LocalTime, ...]]] = {}
-            rows, suffixes, payloads, flags = out.rows, out.suffixes, out.payloads, out.flags
-            for k, children in enumerate(expanded):
-                flag = items.flags[k]
-                if not children:
-                    if not flag & MAY_INVALIDATE:
-                        continue
-                    children, flag = [None], flag | TOMBSTONE
-                suffix, count = items.suffixes[k], len(children)
-                longer = extend.get(id(suffix))
-                if longer is None:
-                    longer = extend[id(suffix)] = []
-                while len(longer) < count:
-                    longer.append((*suffix, _child_local(len(longer))))
-                rows += [items.rows[k]] * count
-                suffixes += longer if count == len(longer) else longer[:count]
-                payloads += children
-                flags += [flag] * count
-            return [out]
+            return [self._flat_mapped(step, items, batch)]
         msg = f"step {step.step_id!r}: {step.kind} cannot run in a stateless stage"
         raise GraphError(step.step_id, "a stateless step", step.kind, msg)
+
+    def _flat_mapped(self, step: FlatMap, items: Items, batch: pa.RecordBatch) -> Items:
+        """A flat_map's output: child ``i`` of an item appends ``(0, i)`` to its suffix."""
+        expanded = self._call(step, items, batch, step.fn)
+        if set(map(type, expanded)) != {list}:  # str.split's lists are taken as they are
+            expanded = self._listed(step, items, batch, expanded)
+        table, parents = list(items.table), items.table
+        out = Items(ordered=items.ordered, table=table)  # new suffixes are added as met
+        # per parent suffix id: the ids of its children's suffixes so far
+        extend: dict[int, list[int]] = {}
+        rows, sids, payloads, flags = out.rows, out.sids, out.payloads, out.flags
+        for k, children in enumerate(expanded):
+            flag = items.flags[k]
+            if not children:
+                if not flag & MAY_INVALIDATE:
+                    continue
+                children, flag = [None], flag | TOMBSTONE
+            sid, count = items.sids[k], len(children)
+            longer = extend.get(sid)
+            if longer is None:
+                longer = extend[sid] = []
+            while len(longer) < count:
+                longer.append(len(table))
+                table.append((*parents[sid], _child_local(len(longer) - 1)))
+            rows += [items.rows[k]] * count
+            sids += longer if count == len(longer) else longer[:count]
+            payloads += children
+            flags += [flag] * count
+        return out
 
     def _call(
         self, step: Step, items: Items, batch: pa.RecordBatch, fn: Callable[[Any], Any]
@@ -315,15 +322,19 @@ class StageRunner:
                 for payload, flag in zip(items.payloads, items.flags, strict=True):
                     append(fn(payload) if not flag & TOMBSTONE else _tombstone_result(step))
         except Exception as exc:  # a user function failed: name the step and the record
-            row = items.rows[len(results)]
-            raise StepError(
-                step.step_id,
-                getattr(step, "fn", None) or getattr(step, "predicate", None),
-                GlobalTime(batch.column("ts")[row].as_py(), batch.column("front")[row].as_py()),
-                (batch.column("source")[row].as_py(), batch.column("position")[row].as_py()),
-                exc,
-            ) from exc
+            raise _step_error(step, batch, items.rows[len(results)], exc) from exc
         return results
+
+    def _listed(
+        self, step: Step, items: Items, batch: pa.RecordBatch, results: list[Any]
+    ) -> list[list[Any]]:
+        """A flat_map's results as lists: an iterator is run here (its errors name the item)."""
+        listed: list[list[Any]] = []
+        try:
+            listed.extend(r if type(r) is list else list(r) for r in results)
+        except Exception as exc:  # a user generator failed: name the step and the record
+            raise _step_error(step, batch, items.rows[len(listed)], exc) from exc
+        return listed
 
     def _rows(self, batch: pa.RecordBatch, leaving: dict[str, Items]) -> pa.RecordBatch:
         """The item rows leaving the stage, for the steps after it (sinks get ``value``).
@@ -331,7 +342,7 @@ class StageRunner:
         Items for a keyed entry that pre-combines are combined already.
         """
         rows: list[int] = []
-        suffixes: list[tuple[LocalTime, ...]] = []
+        suffixes: list[pa.Array] = []
         flags: list[int] = []
         out = self.exits.builder()
         for dest, items in leaving.items():
@@ -340,13 +351,15 @@ class StageRunner:
                 items.materialize()
                 out.extend(dest, items.payloads, items.flags, where)
             rows += items.rows
-            suffixes += items.suffixes
+            suffixes.append(_suffixes(items))
             flags += items.flags
         taken = pa.array(rows, pa.int64())
+        after = pa.concat_arrays(suffixes) if suffixes else pa.array([], pa.binary())
+        before = pc.take(batch.column("trace"), taken)
         return out.batch(
             pc.take(batch.column("ts"), taken),
             pc.take(batch.column("front"), taken),
-            _traces(pc.take(batch.column("trace"), taken), suffixes),
+            pc.binary_join_element_wise(before, after, pa.scalar(b"", pa.binary())),
             pa.array(flags, pa.int8()),
             pc.take(batch.column("source"), taken),
             pc.take(batch.column("position"), taken),
@@ -370,12 +383,21 @@ class StageRunner:
         return self._call(step, items, batch, fn), False
 
 
-def _traces(before: pa.Array, suffixes: list[tuple[LocalTime, ...]]) -> pa.Array:
-    """Each trace with its item's suffix appended (suffixes are shared tuples: by identity)."""
-    distinct = {id(suffix): suffix for suffix in suffixes}
-    encoded = {key: encode_trace(suffix) for key, suffix in distinct.items()}
-    after = pa.array(list(map(encoded.__getitem__, map(id, suffixes))), pa.binary())
-    return pc.binary_join_element_wise(before, after, pa.scalar(b"", pa.binary()))
+def _suffixes(items: Items) -> pa.Array:
+    """The items' trace suffixes, encoded: each distinct one once, then taken per item."""
+    encoded = pa.array([encode_trace(suffix) for suffix in items.table], pa.binary())
+    return pc.take(encoded, pa.array(items.sids, pa.int32()))
+
+
+def _step_error(step: Step, batch: pa.RecordBatch, row: int, exc: Exception) -> StepError:
+    """What a user function raising on input row ``row`` fails the task with."""
+    return StepError(
+        step.step_id,
+        getattr(step, "fn", None) or getattr(step, "predicate", None),
+        GlobalTime(batch.column("ts")[row].as_py(), batch.column("front")[row].as_py()),
+        (batch.column("source")[row].as_py(), batch.column("position")[row].as_py()),
+        exc,
+    )
 
 
 def _all_pairs(results: list[Any]) -> bool:
@@ -593,19 +615,6 @@ def _grouping_of(graph: LogicalGraph, dest: str, key_fn: Callable[[Any], Any]) -
         if isinstance(step, Grouping) and step.key is key_fn
     ]
     return owners[0] if len(owners) == 1 else dest
-
-
-def _extended(
-    suffixes: list[tuple[LocalTime, ...]], local: LocalTime
-) -> list[tuple[LocalTime, ...]]:
-    """Each suffix with ``local`` appended; equal inputs share one output tuple.
-
-    Items of a batch carry only a handful of distinct suffixes, so extending each distinct
-    one once (keyed by identity: the lists hold shared tuples) saves a tuple per item.
-    """
-    distinct = {id(suffix): suffix for suffix in suffixes}
-    longer = {key: (*suffix, local) for key, suffix in distinct.items()}
-    return list(map(longer.__getitem__, map(id, suffixes)))
 
 
 _CHILD_LOCALS = tuple(LocalTime(0, child) for child in range(64))
