@@ -370,6 +370,28 @@ class GroupingState:
         self.stats.received += added
         self.stats.emitted += added
 
+    def receive_in_order(self, key: Hashable, item: DataItem) -> tuple[tuple[Any, ...], int]:
+        """``receive``'s in-order case, for an item the caller checked.
+
+        Returns the payloads of the tuple it emits and that tuple's logical time ``t`` (its
+        trace is the item's and ``(t, 0)``; it is not flagged). The caller checked what
+        ``receive`` checks: the item is not flagged, comes after its bucket's last item
+        (``tail``), and no may-invalidate item of its global time is indexed
+        (``may_invalidate_at``). Leaves the state as ``receive`` leaves it.
+        """
+        bucket = self._held(key)
+        if bucket is None:
+            bucket = self._buckets[key] = Bucket()
+        items = bucket.items
+        items.append(item)
+        if len(items) >= self.window:
+            self._oversized.add(key)
+        self._remember(key, item)
+        bucket.clock += 1
+        self.stats.received += 1
+        self.stats.emitted += 1
+        return tuple(i.payload for i in items[-self.window :]), bucket.clock
+
     def settle_in_order(
         self, key: Hashable, kept: Iterable[DataItem], clock: int, appended: int
     ) -> None:

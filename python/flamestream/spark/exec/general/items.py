@@ -83,6 +83,29 @@ MAY_INVALIDATE = 1
 TOMBSTONE = 2
 
 
+def values_of(column: pa.Array | pa.ChunkedArray) -> list[Any]:
+    """A column's values as Python objects, a dictionary-encoded one without its slow path.
+
+    Unpacked rows (``packed.unpack``) carry payloads and sources dictionary-encoded, and
+    ``to_pylist`` on a dictionary array costs about a microsecond a value (30x a plain one):
+    the dictionary's values are converted once and picked by index instead.
+
+    >>> values_of(pa.array(["a", "b", "a"]).dictionary_encode())
+    ['a', 'b', 'a']
+    """
+    if isinstance(column, pa.ChunkedArray):
+        if column.num_chunks == 1:
+            return values_of(column.chunk(0))
+        return [value for chunk in column.chunks for value in values_of(chunk)]
+    if not isinstance(column, pa.DictionaryArray):
+        values: list[Any] = column.to_pylist()
+        return values
+    dictionary = column.dictionary.to_pylist()
+    if column.null_count:
+        return [None if i is None else dictionary[i] for i in column.indices.to_pylist()]
+    return list(map(dictionary.__getitem__, column.indices.to_numpy().tolist()))
+
+
 def encode_trace(trace: Trace) -> bytes:
     """The bytes of ``trace``, ordered as the trace is.
 

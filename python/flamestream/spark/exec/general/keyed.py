@@ -45,8 +45,9 @@ from flamestream.spark.durable import (
     batch_id_of_task,
 )
 from flamestream.spark.durable.loop import LoopStore
-from flamestream.spark.exec.declared.fastpath import Leaving, MapReduceCycle
+from flamestream.spark.exec.declared.fastpath import MapReduceCycle
 from flamestream.spark.exec.declared.summed import SummedCycle
+from flamestream.spark.exec.general.in_order import InOrderGrouping
 from flamestream.spark.exec.general.items import (
     MAY_INVALIDATE,
     TOMBSTONE,
@@ -54,8 +55,10 @@ from flamestream.spark.exec.general.items import (
     decode_trace,
     sorted_by_meta,
     time_starts,
+    values_of,
 )
 from flamestream.spark.exec.general.keyed_state import TaskLocal, state_io
+from flamestream.spark.exec.general.leaving import Leaving
 from flamestream.spark.exec.general.partitioning import KEY_PARTITION
 from flamestream.spark.exec.general.routing import LoopRouter, LoopSpec
 from flamestream.spark.exec.general.stateless import Exits, Handed, render_default
@@ -147,6 +150,8 @@ class KeyedRunner:
         self.cycle = MapReduceCycle.of(graph, stage)
         #: the cycle's in-order batches in Arrow, when its reduce adds up (count)
         self.summed = SummedCycle.of(self.cycle)
+        #: a grouping fed by merges only: its in-order items skip the deliveries (in_order)
+        self.lane = InOrderGrouping.of(graph, stage) if self.cycle is None else None
         self.fast = True  #: False: every item the general way (tests compare the two)
         #: set when items coming round the cycle may change key (not map_reduce's cycle)
         self.loop = loop
@@ -271,7 +276,7 @@ class KeyedRunner:
                 out, self.handed_payloads = ran
                 return out
         leaving = Leaving()
-        columns = {name: table.column(name).to_pylist() for name in _INPUT_COLUMNS}
+        columns = {name: values_of(table.column(name)) for name in _INPUT_COLUMNS}
         ts, fronts, traces, flags = (columns[c] for c in ("ts", "front", "trace", "flags"))
         targets, payloads = columns["to"], columns["payload"]
 
@@ -295,12 +300,15 @@ class KeyedRunner:
                     queue.extend(outputs if router is None else router.route(outputs))
 
         cycle = self.cycle if fast and router is None else None
+        lane = self.lane if fast and router is None else None
         latest_rows: list[int] | None = None  # each key's last row, if the batch ran whole
         if cycle is not None:
             if min_time is not None:
                 latest_rows = cycle.run_in_order(state, columns, determinants, leaving, min_time)
             if latest_rows is None:
                 cycle.run(state, columns, determinants, deliver, leaving)
+        elif lane is not None:
+            lane.run(state, columns, determinants, deliver, leaving)
         else:
             sources, positions = columns["source"], columns["position"]
             for row in range(table.num_rows):

@@ -53,6 +53,7 @@ from flamestream.spark.exec.general.items import (
     encode_key,
     encode_payload,
     encode_trace,
+    values_of,
 )
 from flamestream.spark.exec.shuffle.packed import pack
 from flamestream.spark.exec.worker.gc_pause import gc_paused
@@ -184,7 +185,7 @@ class StageRunner:
         """
         ordered = bool(self.precombine) and rows_in_meta_order(_row_metas(batch))
         if payloads is None:
-            payloads = list(map(decode_payload, batch.column("payload").to_pylist()))
+            payloads = list(map(decode_payload, values_of(batch.column("payload"))))
         flags = batch.column("flags").to_pylist()
         targets = batch.column("to").unique()
         if len(targets) == 1:  # the common case: every row for one step, in bulk
