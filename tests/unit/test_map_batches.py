@@ -302,6 +302,20 @@ def test_a_map_batches_function_can_be_swapped_and_keeps_its_format() -> None:
     assert [r.payload for r in runtime.released()] == ["AB", "cd!"]
 
 
+def test_the_stage_runner_runs_a_swapped_batch_step_by_the_version_each_item_picks() -> None:
+    """A batch mixing items below and above the swap time (rows at ts 10, 11 …): each part
+    through its version in one call, in item order."""
+    graph = one_step(pc.utf8_upper).build()
+    runtime = ReferenceRuntime(graph)
+    runtime.swap("b", arrow_suffix("!"), GlobalTime(13, 0))
+    versions = runtime._versions["b"]
+    runner = runner_of(one_step(pc.utf8_upper))
+    runner._versions = {"b": versions}
+    texts = ["ab", "c", "de", "f", "gh", "i"]
+    made = runner._run(rows([0] * len(texts), texts), None).column("value").to_pylist()
+    assert made == ["AB", "C", "DE", "f!", "gh!", "i!"]
+
+
 def lower_words(*, batched: bool = True) -> Dataflow:
     """Word count with the words lower-cased in Arrow, the counts' text made by a list step,
     and a grouping's tuples filtered by arity (replays drop versions: tombstones) before a
