@@ -74,10 +74,11 @@ def call_batch(
         return _results(fn(list(payloads)), len(payloads))
     if step.input_type is not None:
         return _results(fn(_as_format(step, _array(payloads, step.input_type))), len(payloads))
-    groups = _by_arrow_type(payloads)
-    if len(groups) == 1:  # the usual batch: payloads of one type, one call
-        ((arrow_type, _),) = groups.items()
+    kinds = set(map(type, payloads))  # at C speed: a loop per payload costs more than lower()
+    if len(kinds) == 1:  # the usual batch: payloads of one type, one call
+        arrow_type = _arrow_type(payloads[0])
         return _results(fn(_as_format(step, _array(payloads, arrow_type))), len(payloads))
+    groups = _by_arrow_type(payloads)
     results: list[Any] = [None] * len(payloads)
     for arrow_type, positions in groups.items():
         part = _array([payloads[i] for i in positions], arrow_type)
@@ -90,19 +91,24 @@ def call_batch(
 
 def _by_arrow_type(payloads: Sequence[Any]) -> dict[Any, list[int]]:
     """The payloads' positions per Arrow type, in order of first appearance."""
-    import pyarrow as pa
-
     groups: dict[Any, list[int]] = {}
     for position, payload in enumerate(payloads):
-        name = _ARROW_TYPES.get(type(payload))
-        if name is None:
-            msg = (
-                f"payload {payload!r:.80} of type {type(payload).__name__} has no Arrow type "
-                "of its own; give the step input_type=<a pyarrow type> or format='list'"
-            )
-            raise TypeError(msg)
-        groups.setdefault(getattr(pa, name)(), []).append(position)
+        groups.setdefault(_arrow_type(payload), []).append(position)
     return groups
+
+
+def _arrow_type(payload: Any) -> Any:
+    """The Arrow type ``payload``'s own Python type converts to; ``TypeError`` if none."""
+    import pyarrow as pa
+
+    name = _ARROW_TYPES.get(type(payload))
+    if name is None:
+        msg = (
+            f"payload {payload!r:.80} of type {type(payload).__name__} has no Arrow type of its "
+            "own; give the step input_type=<a pyarrow type> or format='list'"
+        )
+        raise TypeError(msg)
+    return getattr(pa, name)()
 
 
 def _array(payloads: Sequence[Any], arrow_type: Any) -> Any:
