@@ -20,8 +20,8 @@ from pyspark.sql import SparkSession
 from flamestream import Dataflow, map_reduce
 from flamestream.spark import SparkGraph, apply_graph
 
-from .conftest import write_lines
-from .test_graph_on_spark import collect, expected, front_reader, fronts, observed
+from .conftest import run_writer, write_lines
+from .test_graph_on_spark import collect, expected, front_reader, fronts, observed, read_rows
 
 TEXT = {
     "a.txt": ["The quick Brown fox", "jumps OVER the", "", "THE lazy dog"],
@@ -78,6 +78,22 @@ def test_lowered_word_count_releases_what_the_reference_releases(
     shown = {row[-1] for row in rows}
     assert "the=3" in shown and "sit=2" in shown  # "The", "the", "THE"; "sit", "Sit"
     assert not any(text != text.lower() for text in shown)
+
+
+def test_write_stream_runs_the_batch_steps_in_the_front_and_the_sink(
+    spark: SparkSession, lines_dir: Path, tmp_path: Path
+) -> None:
+    """The README's way: the lowering in the front's reads, the keyed stage and its
+    list-format tail in the sink's write tasks; released rows as the reference's."""
+    graph = SparkGraph(lower_count(), partitions=2)
+    reader = front_reader(spark, lines_dir, stream=True, limit=3)
+    run_writer(graph.write_stream(reader, checkpoint_location=str(tmp_path / "ck")), tmp_path)
+    front_rows = collect(fronts(spark, lines_dir, stream=True, limit=3), "batch_fronts_ws")
+    want = sorted(
+        (ts, front, value) for _, ts, front, _, value in expected(lower_count(), front_rows)
+    )
+    assert sorted((r.ts, r.front, r.value) for r in read_rows(tmp_path)) == want
+    assert len(want) > 10
 
 
 def test_map_batches_fuses_with_the_steps_around_it() -> None:
