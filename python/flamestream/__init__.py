@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from flamestream.errors import (
+        BatchStepError,
         ConfigError,
         FlameStreamError,
         GraphError,
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 #: submodule (``flamestream.launcher``, which every Python process Spark starts runs first)
 #: does not import the graph builder, the model and the reference runtime with it.
 _EXPORTS = {
+    "BatchStepError": "flamestream.errors",
     "ConfigError": "flamestream.errors",
     "FlameStreamError": "flamestream.errors",
     "GraphError": "flamestream.errors",
@@ -89,6 +91,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "END_OF_TIME",
+    "BatchStepError",
     "ConfigError",
     "DataItem",
     "Dataflow",

@@ -108,6 +108,57 @@ class UnhashableKeyError(StepError):
         )
 
 
+class BatchStepError(StepError):
+    """A ``map_batches`` function failed on a batch, or did not return one result per payload.
+
+    Names the step, the function, how many payloads the batch had and the global time and
+    (where the runtime knows it) replay determinant of the batch's first item. ``returned`` is
+    the number of results when that was the problem (None when the function raised).
+    """
+
+    def __init__(
+        self,
+        step_id: str,
+        function: Any,
+        global_time: Any,
+        determinant: Any,
+        cause: BaseException,
+        *,
+        size: int,
+        returned: int | None = None,
+    ) -> None:
+        self.size = size
+        self.returned = returned
+        if returned is not None:
+            self.hint = (
+                "a map_batches function returns exactly one result per payload, in order (an "
+                "Arrow array, a list or a pandas Series as long as its input); to drop items, "
+                "put a filter after the step"
+            )
+        super().__init__(step_id, function, global_time, determinant, cause)
+
+    def _problem(self) -> str:
+        batch = f"a batch of {self.size} payload{'s' * (self.size != 1)}"
+        if self.returned is not None:
+            return f"(a map_batches step) returned {self.returned} results for {batch}"
+        return (
+            f"(a map_batches step, called once on {batch}) raised "
+            f"{type(self.cause).__name__}: {self.cause}; the item named is the batch's first"
+        )
+
+    def with_determinant(self, determinant: Any) -> BatchStepError:
+        """Return the same error with the first item's replay determinant filled in."""
+        return BatchStepError(
+            self.step_id,
+            self.function,
+            self.global_time,
+            determinant,
+            self.cause,
+            size=self.size,
+            returned=self.returned,
+        )
+
+
 class ScheduleError(FlameStreamError):
     """A front or a scripted schedule was used against its contract (e.g. ts going backwards)."""
 

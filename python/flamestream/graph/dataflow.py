@@ -25,6 +25,7 @@ from flamestream.graph.steps import (
     FlatMap,
     Grouping,
     Map,
+    MapBatches,
     Merge,
     Sink,
     Source,
@@ -63,6 +64,36 @@ class Dataflow:
     def map(self, step_id: str, up: Stream, fn: Callable[[Any], Any]) -> Stream:
         """Apply ``fn`` to every payload."""
         return self._add(Map(check_step_id(step_id), fn), (up,))[0]
+
+    def map_batches(
+        self,
+        step_id: str,
+        up: Stream,
+        fn: Callable[[Any], Any],
+        *,
+        format: str = "arrow",
+        input_type: Any = None,
+    ) -> Stream:
+        """Apply ``fn`` to batches of payloads at once: a map for vectorized code.
+
+        ``fn`` gets the payloads of a batch (a ``pyarrow.Array`` by default; ``format="pandas"``
+        a ``pandas.Series``, ``format="list"`` a list) and returns one result per payload, in
+        order (an Arrow array, a list or a Series). It must be element-wise: each result a pure
+        function of its own payload, so how items are batched cannot change the output.
+        ``input_type`` (a ``pyarrow.DataType``) fixes the Arrow type payloads are converted to;
+        without it, each payload's Python type picks it (``str`` -> ``string``, ``int`` ->
+        ``int64`` …). See :mod:`flamestream.runtime.batches` for the full contract.
+
+        >>> import pyarrow.compute as pc
+        >>> flow = Dataflow("lower")
+        >>> lowered = flow.map_batches("lower", flow.source("words"), pc.utf8_lower)
+        >>> flow.sink("out", lowered)
+        >>> from flamestream.testing import run_in_order
+        >>> run_in_order(flow, ["Spark", "FLAME"]).payloads()
+        ['spark', 'flame']
+        """
+        step = MapBatches(check_step_id(step_id), fn, format, input_type)
+        return self._add(step, (up,))[0]
 
     def flat_map(self, step_id: str, up: Stream, fn: Callable[[Any], Iterable[Any]]) -> Stream:
         """Replace every payload by the payloads ``fn`` returns (siblings, same global time)."""

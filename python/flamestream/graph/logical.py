@@ -6,7 +6,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from flamestream.errors import GraphError
-from flamestream.graph.steps import Broadcast, Grouping, Sink, Source, Step
+from flamestream.graph.steps import (
+    BATCH_FORMATS,
+    Broadcast,
+    Grouping,
+    MapBatches,
+    Sink,
+    Source,
+    Step,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +57,8 @@ def check_parameters(step: Step) -> None:
         isinstance(step.n, bool) or not isinstance(step.n, int) or step.n < 2
     ):
         raise GraphError(sid, "n >= 2 copies", repr(step.n), "for one copy use the stream itself")
+    if isinstance(step, MapBatches):
+        _check_batch_format(step)
     for attr in ("fn", "predicate", "key"):
         fn = getattr(step, attr, callable)
         if not callable(fn):
@@ -58,6 +68,36 @@ def check_parameters(step: Step) -> None:
                 f"{type(fn).__name__} {fn!r}",
                 f"pass a function for the {step.kind}'s {attr}",
             )
+
+
+def _check_batch_format(step: MapBatches) -> None:
+    """A map_batches' ``format`` is one of :data:`BATCH_FORMATS`; ``input_type`` an Arrow type."""
+    sid = step.step_id
+    if step.format not in BATCH_FORMATS:
+        raise GraphError(
+            sid,
+            f"format one of {', '.join(map(repr, BATCH_FORMATS))}",
+            repr(step.format),
+            "the format says what the function gets: an Arrow array, a pandas Series or a list",
+        )
+    if step.input_type is None:
+        return
+    if step.format == "list":
+        raise GraphError(
+            sid,
+            "no input_type with format='list'",
+            f"input_type={step.input_type!r}",
+            "a list holds the payloads as they are; use format='arrow' to convert them",
+        )
+    import pyarrow as pa  # the graph imports Arrow only when a step names an Arrow type
+
+    if not isinstance(step.input_type, pa.DataType):
+        raise GraphError(
+            sid,
+            "input_type a pyarrow.DataType",
+            f"{type(step.input_type).__name__} {step.input_type!r}",
+            "e.g. input_type=pyarrow.string()",
+        )
 
 
 class LogicalGraph:
@@ -146,6 +186,9 @@ class LogicalGraph:
                 detail = f" window={step.window}"
             elif isinstance(step, Broadcast):
                 detail = f" n={step.n}"
+            elif isinstance(step, MapBatches):
+                detail = f" format={step.format}"
+                detail += f" input_type={step.input_type}" if step.input_type is not None else ""
             targets = ", ".join(self._outputs[sid][p].dst for p in sorted(self._outputs[sid]))
             arrow = f" -> {targets}" if targets else ""
             lines.append(f"  {step.kind:<9} {sid}{detail}{arrow}")

@@ -41,6 +41,29 @@ class Map(Step):
     fn: Callable[[Any], Any]
 
 
+#: What a :class:`MapBatches` function receives: an Arrow array, a pandas Series, or a list.
+BATCH_FORMATS = ("arrow", "pandas", "list")
+
+
+@dataclass(frozen=True)
+class MapBatches(Step):
+    """A map written over batches: ``fn(payloads)`` returns one result per payload, in order.
+
+    Element-wise in meaning: each output item is its input item's ``map`` (same global time,
+    trace plus ``(0, 0)``), so the output cannot depend on how the runtime batches items. The
+    function gets a batch's payloads (tombstones left out) as ``format``: ``"arrow"`` (a
+    ``pyarrow.Array`` of ``input_type``, or of the type each payload's Python type maps to),
+    ``"pandas"`` (that array as a ``pandas.Series``) or ``"list"``; it returns an Arrow array,
+    a list or a pandas Series (anything with ``tolist``) of the same length. Nothing is
+    dropped: follow the step with a ``filter`` for that. See :mod:`flamestream.runtime.batches`.
+    """
+
+    fn: Callable[[Any], Any]
+    format: str = "arrow"
+    #: the ``pyarrow.DataType`` the payloads are converted to (``"arrow"``/``"pandas"`` only)
+    input_type: Any = None
+
+
 @dataclass(frozen=True)
 class FlatMap(Step):
     """Any number of outputs per input, siblings with distinct child indexes."""
@@ -102,6 +125,7 @@ class Sink(Step):
 _KIND_NAMES: dict[type[Step], str] = {
     Source: "source",
     Map: "map",
+    MapBatches: "map_batches",
     FlatMap: "flat_map",
     Filter: "filter",
     Broadcast: "broadcast",
@@ -111,4 +135,4 @@ _KIND_NAMES: dict[type[Step], str] = {
 }
 
 #: Operations that keep no state; consecutive ones may be fused.
-STATELESS: tuple[type[Step], ...] = (Map, FlatMap, Filter, Broadcast, Merge)
+STATELESS: tuple[type[Step], ...] = (Map, MapBatches, FlatMap, Filter, Broadcast, Merge)

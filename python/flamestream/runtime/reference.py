@@ -36,6 +36,7 @@ from flamestream.graph import (
     Grouping,
     LogicalGraph,
     Map,
+    MapBatches,
     Merge,
     Sink,
     Source,
@@ -45,6 +46,7 @@ from flamestream.graph.steps import STATELESS
 from flamestream.model import MAX_FRONT, MAX_TS, DataItem, GlobalTime, LocalTime, Meta, Trace
 from flamestream.runtime.acker import Acker, item_id
 from flamestream.runtime.barrier import BarrierBuffer
+from flamestream.runtime.batches import as_batch_error, one
 from flamestream.runtime.grouping import GroupingState
 from flamestream.runtime.swaps import Versions, swapped
 
@@ -567,6 +569,8 @@ def stateless_handler(
             return [(dest, _pass(item, call(step, fn, item)))]
 
         return map_
+    if isinstance(step, MapBatches):
+        return _map_batches_handler(step, dest, call)
     if isinstance(step, Filter):
         predicate = step.predicate
 
@@ -593,6 +597,25 @@ def stateless_handler(
         return flat_map
     msg = f"step {step.step_id!r}: {step.kind} is not a stateless step"
     raise FlameStreamError(msg)
+
+
+def _map_batches_handler(step: MapBatches, dest: str, call: Callable[..., Any]) -> Handler:
+    """A map_batches step, item by item: each payload a batch of one.
+
+    The contract makes that the same as any batching (:mod:`flamestream.runtime.batches`).
+    """
+    single = one(step, step.fn)
+
+    def map_batches(item: DataItem) -> list[tuple[str, DataItem]]:
+        if item.tombstone:
+            return [(dest, _pass(item, None))]
+        try:
+            result = call(step, single, item)
+        except StepError as exc:
+            raise as_batch_error(step, exc) from exc.cause
+        return [(dest, _pass(item, result))]
+
+    return map_batches
 
 
 def versioned_handler(

@@ -5,12 +5,13 @@ through the step's function as it was, items at or above ``at`` through ``fn``. 
 of an item (a grouping's replays) has the item's global time, so all versions of one item go
 through the same function, and a replay of any batch applies the same one again.
 
-Only functions that do not decide where items live can be swapped: a map's, a flat_map's, a
-filter's predicate. A grouping's key decides the key partition (and the bucket) of every item;
-a new key would move items between partitions and buckets that already hold state, so it is
-refused, as are map_reduce's own steps (their functions make and read the mapped items its
-grouping is keyed by: swap the map before a map_reduce instead). A grouping's state carries over
-a swap upstream of it: the grouping is not swapped, only what reaches it changes.
+Only functions that do not decide where items live can be swapped: a map's, a map_batches'
+(the new function gets the step's format and input type), a flat_map's, a filter's predicate.
+A grouping's key decides the key partition (and the bucket) of every item; a new key would
+move items between partitions and buckets that already hold state, so it is refused, as are
+map_reduce's own steps (their functions make and read the mapped items its grouping is keyed
+by: swap the map before a map_reduce instead). A grouping's state carries over a swap upstream
+of it: the grouping is not swapped, only what reaches it changes.
 
 Used by the reference runtime (:meth:`ReferenceRuntime.swap`) and by the Spark runtime's stage
 runners, which dispatch per item by the swaps their batch's offsets record.
@@ -25,11 +26,16 @@ from typing import Any
 
 from flamestream.errors import SwapError
 from flamestream.graph.logical import LogicalGraph
-from flamestream.graph.steps import Filter, FlatMap, Grouping, Map, Step
+from flamestream.graph.steps import Filter, FlatMap, Grouping, Map, MapBatches, Step
 from flamestream.model import GlobalTime
 
 #: Per swappable kind, the field holding its user function.
-SWAPPABLE_FIELDS: dict[type[Step], str] = {Map: "fn", FlatMap: "fn", Filter: "predicate"}
+SWAPPABLE_FIELDS: dict[type[Step], str] = {
+    Map: "fn",
+    MapBatches: "fn",
+    FlatMap: "fn",
+    Filter: "predicate",
+}
 
 #: The module of ``Template``: a map holding one is rendered in Arrow, not swappable.
 _TEMPLATE_MODULE = "flamestream.graph.template"
@@ -57,7 +63,7 @@ def check_swappable(graph: LogicalGraph, step_id: str) -> Step:
     if isinstance(step, Grouping):
         raise SwapError(
             step_id,
-            "a map, flat_map or filter",
+            "a map, map_batches, flat_map or filter",
             "a grouping, whose key function decides which key partition and bucket every item "
             "goes to",
             "a new key would move keyed state between partitions: swap a map before the "
@@ -65,11 +71,11 @@ def check_swappable(graph: LogicalGraph, step_id: str) -> Step:
         )
     fn = function_of(step)
     if fn is None:
-        raise SwapError(step_id, "a map, flat_map or filter", f"a {step.kind}", "")
+        raise SwapError(step_id, "a map, map_batches, flat_map or filter", f"a {step.kind}", "")
     if _is_template(fn):
         raise SwapError(
             step_id,
-            "a map, flat_map or filter whose function the runtime did not compile",
+            "a map, map_batches, flat_map or filter whose function the runtime did not compile",
             "a Template, which the Spark runtime renders in Arrow from the query's start",
             "to swap it later, give the graph a function calling the template "
             "(lambda r: template(r)) instead",
@@ -77,7 +83,7 @@ def check_swappable(graph: LogicalGraph, step_id: str) -> Step:
     if _is_map_reduce_part(fn):
         raise SwapError(
             step_id,
-            "a map, flat_map or filter of your own",
+            "a map, map_batches, flat_map or filter of your own",
             f"one of map_reduce's own steps (function {type(fn).__name__})",
             "map_reduce's steps make and read the mapped items its grouping is keyed by: swap "
             "a map before the map_reduce (or after it) instead",
@@ -99,7 +105,7 @@ def swapped(graph: LogicalGraph, step_id: str, fn: Any) -> Step:
 
 
 def with_function(step: Step, fn: Any) -> Step:
-    """``step`` (a map, flat_map or filter) holding ``fn`` instead of its function."""
+    """``step`` (a map, map_batches, flat_map or filter) holding ``fn`` instead of its function."""
     return dataclasses.replace(step, **{SWAPPABLE_FIELDS[type(step)]: fn})
 
 

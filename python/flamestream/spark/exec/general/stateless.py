@@ -32,6 +32,7 @@ from flamestream.graph.steps import (
     FlatMap,
     Grouping,
     Map,
+    MapBatches,
     Merge,
     Sink,
     Step,
@@ -42,6 +43,7 @@ from flamestream.runtime.swaps import Versions
 from flamestream.spark.durable.checkpoint import batch_id_of_task
 from flamestream.spark.exec.declared.columnar import CountedText
 from flamestream.spark.exec.declared.rendered import ReducedColumns, RenderedTail
+from flamestream.spark.exec.general.batch_steps import batch_mapped
 from flamestream.spark.exec.general.combine import Items, combined, rows_in_meta_order
 from flamestream.spark.exec.general.items import (
     ITEM_SCHEMA,
@@ -254,6 +256,10 @@ class StageRunner:
         if isinstance(step, Map):
             out.rows, out.sids, out.flags = items.rows, items.sids, items.flags
             out.payloads, out.pairs = self._mapped(step, items, batch)
+            return [out]
+        if isinstance(step, MapBatches):  # a map whose function takes the batch: batch_steps
+            out.rows, out.sids, out.flags = items.rows, items.sids, items.flags
+            out.payloads = batch_mapped(step, items, batch)
             return [out]
         if isinstance(step, Filter):
             predicate = step.predicate
