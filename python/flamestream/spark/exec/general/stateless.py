@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -55,6 +56,7 @@ from flamestream.spark.exec.general.items import (
     encode_key,
     encode_payload,
     encode_trace,
+    extended_traces,
     values_of,
 )
 from flamestream.spark.exec.shuffle.packed import pack
@@ -349,7 +351,7 @@ class StageRunner:
         Items for a keyed entry that pre-combines are combined already.
         """
         rows: list[int] = []
-        suffixes: list[pa.Array] = []
+        tables: list[tuple[Items, int]] = []  # per destination: its items and first row
         flags: list[int] = []
         out = self.exits.builder()
         for dest, items in leaving.items():
@@ -357,19 +359,22 @@ class StageRunner:
             if not (items.pairs and out.extend_pairs(dest, items.payloads, items.flags, where)):
                 items.materialize()
                 out.extend(dest, items.payloads, items.flags, where)
+            tables.append((items, len(rows)))
             rows += items.rows
-            suffixes.append(_suffixes(items))
             flags += items.flags
         taken = pa.array(rows, pa.int64())
-        after = pa.concat_arrays(suffixes) if suffixes else pa.array([], pa.binary())
-        before = pc.take(batch.column("trace"), taken)
+        whole = _every_row_once(taken, batch.num_rows)  # a map's output: nothing to take
+        columns = {
+            name: batch.column(name) if whole else pc.take(batch.column(name), taken)
+            for name in ("ts", "front", "trace", "source", "position")
+        }
         return out.batch(
-            pc.take(batch.column("ts"), taken),
-            pc.take(batch.column("front"), taken),
-            pc.binary_join_element_wise(before, after, pa.scalar(b"", pa.binary())),
+            columns["ts"],
+            columns["front"],
+            _traced(columns["trace"], tables),
             pa.array(flags, pa.int8()),
-            pc.take(batch.column("source"), taken),
-            pc.take(batch.column("position"), taken),
+            columns["source"],
+            columns["position"],
         )
 
     def _mapped(self, step: Map, items: Items, batch: pa.RecordBatch) -> tuple[list[Any], bool]:
@@ -388,6 +393,30 @@ class StageRunner:
             if _all_pairs(pairs):
                 return pairs, True
         return self._call(step, items, batch, fn), False
+
+
+def _every_row_once(taken: pa.Array, rows: int) -> bool:
+    """Whether ``taken`` is ``0 .. rows - 1`` in order (then taking copies the columns)."""
+    if len(taken) != rows:
+        return False
+    index = taken.to_numpy()
+    return bool(rows == 0 or (index[0] == 0 and (np.diff(index) == 1).all()))
+
+
+def _traced(before: pa.Array, tables: list[tuple[Items, int]]) -> pa.Array:
+    """Each leaving trace with its item's suffix appended.
+
+    ``tables``: per destination, its items and their first row. One suffix for all rows (a
+    map's output) is appended as a matrix.
+    """
+    if len(tables) == 1 and len(tables[0][0].table) == 1:
+        (suffix,) = tables[0][0].table
+        if not suffix:
+            return before
+        return extended_traces(before, np.frombuffer(encode_trace(suffix), np.uint8)[None, :])
+    after = [_suffixes(items) for items, _ in tables]
+    joined = pa.concat_arrays(after) if after else pa.array([], pa.binary())
+    return pc.binary_join_element_wise(before, joined, pa.scalar(b"", pa.binary()))
 
 
 def _suffixes(items: Items) -> pa.Array:
