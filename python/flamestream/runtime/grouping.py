@@ -370,19 +370,22 @@ class GroupingState:
         self.stats.received += added
         self.stats.emitted += added
 
-    def receive_in_order(self, key: Hashable, item: DataItem) -> tuple[tuple[Any, ...], int]:
-        """``receive``'s in-order case, for an item the caller checked.
+    def receive_in_order(self, key: Hashable, item: DataItem) -> tuple[tuple[Any, ...], int] | None:
+        """``receive``'s in-order case, if ``item`` is in order; else None (nothing changed).
 
-        Returns the payloads of the tuple it emits and that tuple's logical time ``t`` (its
-        trace is the item's and ``(t, 0)``; it is not flagged). The caller checked what
-        ``receive`` checks: the item is not flagged, comes after its bucket's last item
-        (``tail``), and no may-invalidate item of its global time is indexed
-        (``may_invalidate_at``). Leaves the state as ``receive`` leaves it.
+        For an item the caller checked is not flagged and has no may-invalidate item of its
+        global time in the index (``may_invalidate_at``): if it comes after its key's last
+        item, it is appended and indexed as ``receive`` does, and this returns the payloads
+        of the tuple it emits and that tuple's logical time ``t`` (its trace is the item's
+        and ``(t, 0)``; it is not flagged). Raises what the key raises in a dict, before
+        changing anything.
         """
         bucket = self._held(key)
         if bucket is None:
             bucket = self._buckets[key] = Bucket()
         items = bucket.items
+        if items and not items[-1].meta < item.meta:
+            return None
         items.append(item)
         if len(items) >= self.window:
             self._oversized.add(key)

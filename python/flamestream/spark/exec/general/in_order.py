@@ -84,28 +84,26 @@ class InOrderGrouping:
                 general(row)
                 clean = None  # the general way may have indexed may-invalidate items
                 continue
-            value = decode_payload(payload)
-            try:
-                key = key_of(value)
-                previous, _ = state.tail(key)
-            except Exception:  # the general way raises it again, naming step and record
-                general(row)
-                clean = None
-                continue
-            decoded = traces.get(trace)
-            if decoded is None:
-                decoded = traces[trace] = decode_trace(trace)
-            x_meta = Meta(time, decoded)
-            if previous is not None and not previous.meta < x_meta:
-                general(row)
-                clean = None
-                continue
             if clean is None:
                 clean = not state.may_invalidate_at(time)
             if not clean:
                 general(row)
                 continue
-            payloads, clock = state.receive_in_order(key, DataItem(value, x_meta))
+            value = decode_payload(payload)
+            decoded = traces.get(trace)
+            if decoded is None:
+                decoded = traces[trace] = decode_trace(trace)
+            try:
+                emitted = state.receive_in_order(
+                    key_of(value), DataItem(value, Meta(time, decoded))
+                )
+            except Exception:  # the general way raises it again, naming step and record
+                emitted = None
+            if emitted is None:  # not after its key's last item, or no key: the general way
+                general(row)
+                clean = None  # the general way may have indexed may-invalidate items
+                continue
+            payloads, clock = emitted
             leaving.dests.append(exit_to)
             leaving.times.append(ts)
             leaving.fronts.append(front)
