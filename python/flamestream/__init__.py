@@ -35,6 +35,9 @@ if TYPE_CHECKING:
         Template,
         count,
         map_reduce,
+        max_by,
+        min_by,
+        sum_by,
     )
     from flamestream.model import END_OF_TIME, DataItem, GlobalTime, LocalTime, Meta, invalidates
     from flamestream.runtime import ReferenceRuntime, Released
@@ -61,6 +64,9 @@ _EXPORTS = {
     "Template": "flamestream.graph",
     "count": "flamestream.graph",
     "map_reduce": "flamestream.graph",
+    "max_by": "flamestream.graph",
+    "min_by": "flamestream.graph",
+    "sum_by": "flamestream.graph",
     "END_OF_TIME": "flamestream.model",
     "DataItem": "flamestream.model",
     "GlobalTime": "flamestream.model",
@@ -117,4 +123,7 @@ __all__ = [
     "count",
     "invalidates",
     "map_reduce",
+    "max_by",
+    "min_by",
+    "sum_by",
 ]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from flamestream import Dataflow, Template, count, map_reduce
+from flamestream import Dataflow, Template, count, map_reduce, max_by, sum_by
 from flamestream.errors import GraphError
 from flamestream.examples import inverted_index as index_example
 from flamestream.spark import SparkGraph, apply_graph
@@ -533,6 +533,42 @@ def test_a_declared_count_releases_what_the_written_out_count_releases(
         assert outs["declared"] == outs["written out"]
         top = max(int(v.split("=")[1]) for *_, v in outs["declared"])
         assert len(outs["declared"]) > 20 and top > 5
+
+
+def word_lengths(kind: str, *, declared: bool) -> Dataflow:
+    """Per word, the sum or the greatest of its lengths so far, declared or written out."""
+    flow = Dataflow(f"lengths-{kind}")
+    words = flow.flat_map("split", flow.source("lines"), str.split)
+    if declared:
+        aggregate = sum_by if kind == "sum" else max_by
+        folded = aggregate(flow, "agg", words, key=str.lower, value=len)
+    else:
+        reducer = int.__add__ if kind == "sum" else max
+        mapper = lambda w: (w.lower(), len(w))  # noqa: E731
+        folded = map_reduce(flow, "agg", words, mapper=mapper, reducer=reducer)
+    flow.sink("out", flow.map("show", folded, lambda r: f"{r.key}={r.value}"))
+    return flow
+
+
+@pytest.mark.parametrize("kind", ["sum", "max"])
+def test_a_declared_aggregation_releases_what_its_map_reduce_releases(
+    spark: SparkSession, tmp_path: Path, kind: str
+):
+    """``sum_by`` (summed in Arrow in the keyed stage: it adds ints up) and ``max_by`` against
+    the same map_reduce written out with lambdas: the same rows, metas and all."""
+    folder = tmp_path / "in"
+    for name, lines in TEXT.items():
+        write_lines(folder / name, [*lines, *[line.upper() for line in lines[::2]]])
+    outs = {}
+    for declared in (True, False):
+        graph = SparkGraph(word_lengths(kind, declared=declared))
+        assert ("summed in Arrow" in graph.describe()) == (declared and kind == "sum")
+        where = tmp_path / str(declared)
+        reader = front_reader(spark, folder, stream=True, limit=5)
+        run_writer(graph.write_stream(reader, checkpoint_location=str(where / "ck")), where)
+        outs[declared] = sorted((r.ts, r.front, r.trace, r.value) for r in read_rows(where))
+    assert outs[True] == outs[False]
+    assert len(outs[True]) > 20
 
 
 def test_latest_release_needs_map_reduce():

@@ -2,7 +2,15 @@
 
 from flamestream.graph.dataflow import Dataflow, Stream
 from flamestream.graph.logical import Edge, LogicalGraph
-from flamestream.graph.mapreduce import Mapped, Reduced, count, map_reduce
+from flamestream.graph.mapreduce import (
+    Mapped,
+    Reduced,
+    count,
+    map_reduce,
+    max_by,
+    min_by,
+    sum_by,
+)
 from flamestream.graph.steps import (
     Broadcast,
     Filter,
@@ -37,4 +45,7 @@ __all__ = [
     "Template",
     "count",
     "map_reduce",
+    "max_by",
+    "min_by",
+    "sum_by",
 ]
