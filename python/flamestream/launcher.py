@@ -53,8 +53,6 @@ if TYPE_CHECKING:
 
 #: The module Spark starts as a daemon that forks workers: it does not connect back itself.
 DAEMON = "pyspark.daemon"
-#: Spark's default wait for the auth reply (``spark.python.authenticate.socketTimeout``).
-_AUTH_TIMEOUT = 15
 #: The environment variable pyarrow's bundled jemalloc reads its options from, and ours for
 #: Spark's Python processes: freed pages are kept for reuse, never handed back
 ARROW_JEMALLOC_CONF = ("JE_ARROW_MALLOC_CONF", "dirty_decay_ms:-1,muzzy_decay_ms:-1")
@@ -111,10 +109,6 @@ def connect_back_address(environ: dict[str, str]) -> str | int | None:
     return None
 
 
-def _timeout() -> int:
-    return int(os.environ.get("SPARK_AUTH_SOCKET_TIMEOUT", _AUTH_TIMEOUT))
-
-
 def _write_with_length(data: bytes, out: Any) -> None:
     out.write(struct.pack("!i", len(data)))
     out.write(data)
@@ -138,7 +132,7 @@ def connect(address: str | int, secret: str | None) -> tuple[Any, socket.socket]
     if isinstance(address, str):  # a Unix domain socket: no secret
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.settimeout(_timeout())
+            sock.settimeout(warm_start.auth_timeout())
             sock.connect(address)
         except OSError:
             sock.close()
@@ -151,7 +145,7 @@ def connect(address: str | int, secret: str | None) -> tuple[Any, socket.socket]
     ):
         sock = socket.socket(family, kind, proto)
         try:
-            sock.settimeout(_timeout())
+            sock.settimeout(warm_start.auth_timeout())
             sock.connect(where)
             sock_file = sock.makefile("rwb", buffer)
             _write_with_length((secret or "").encode("utf-8"), sock_file)

@@ -556,6 +556,15 @@ def _exactly(conn: socket.socket, size: int) -> bytes:
     return data
 
 
+#: pyspark's connect-back timeout default (``SPARK_AUTH_SOCKET_TIMEOUT``), in seconds.
+AUTH_TIMEOUT = 15
+
+
+def auth_timeout() -> int:
+    """The timeout pyspark's ``local_connect_and_auth`` gives the socket it returns."""
+    return int(os.environ.get("SPARK_AUTH_SOCKET_TIMEOUT", AUTH_TIMEOUT))
+
+
 def hand_over(address: str | int, connection: tuple[Any, socket.socket]) -> None:
     """Make pyspark's connect-back return ``connection``, once, for ``address``.
 
@@ -593,6 +602,11 @@ def run_child(request: dict[str, Any], fds: list[int]) -> NoReturn:
     _, module, *args = request["argv"]  # -m MODULE ARGS
     if connection:
         sock = socket.socket(fileno=connection[0])
+        # the launcher's socket had a timeout, so its descriptor is non-blocking, but a socket
+        # made from a descriptor has none: a worker that keeps pyspark's default (it does not
+        # set one itself, e.g. transformWithStateInPandas's driver worker) then read nothing
+        # before the JVM wrote and took it for the end of the stream. As pyspark returns it:
+        sock.settimeout(auth_timeout())
         hand_over(request["address"], (sock.makefile("rwb", request["buffer"]), sock))
     code = 0
     try:

@@ -32,7 +32,9 @@ PROBE = "tests.unit.warm_probe"
 class Started:
     """A probe started through the launcher, its connection accepted as the JVM would."""
 
-    def __init__(self, env: dict[str, str], *args: str, cwd: Path = ROOT) -> None:
+    def __init__(
+        self, env: dict[str, str], *args: str, cwd: Path = ROOT, reply: bytes = b""
+    ) -> None:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.listener.settimeout(60)
         self.launcher = subprocess.Popen(
@@ -53,6 +55,9 @@ class Started:
             conn.sendall(struct.pack("!i", 2) + b"ok")
             (self.pid,) = struct.unpack("!i", read_exactly(conn, 4))
             self.seen = json.loads(read_with_length(conn))
+            if reply:  # late, as a JVM answering after some work
+                time.sleep(0.5)
+                conn.sendall(reply)
 
     def finish(self) -> tuple[int, str, str]:
         out, err = self.launcher.communicate(timeout=60)
@@ -110,6 +115,19 @@ def test_a_warm_child_runs_the_module_as_python_m_would(env: dict[str, str], tmp
     assert probe.seen["cwd"] == str(tmp_path)
     assert probe.seen["value"] == "v2"  # this request's environment, not the server's
     assert (code, out, err.strip().splitlines()[-1]) == (3, "probe out\n", "probe err")
+
+
+def test_a_warm_childs_connection_waits_for_the_jvm_as_pyspark_s_own_does(env: dict[str, str]):
+    """A worker that keeps pyspark's default timeout and reads before the JVM has written
+    (transformWithStateInPandas's driver worker does) gets the bytes, not an end of stream:
+    the handed socket is blocking with pyspark's timeout, as ``local_connect_and_auth``
+    returns it, though the descriptor came from a launcher's socket with a timeout."""
+    warmed(env)
+    probe = Started(env, "0", "reply", reply=b"pong")
+    code, _, err = probe.finish()
+    assert probe.warm
+    assert code == 0, err
+    assert "reply pong" in err
 
 
 def test_a_start_while_the_server_starts_waits_for_it_instead_of_starting_cold(
