@@ -348,6 +348,22 @@ def prepare(args: argparse.Namespace) -> Bench:
     return bench
 
 
+def plans(variants: list[str]) -> dict[str, list[str]]:
+    """What the planner decided for each flamestream variant's graph (``describe()``)."""
+    from benchmarks.lib.workloads import gaps_graph, word_count_graph
+    from flamestream.spark.plan import plan_execution
+
+    found = {}
+    for name in [v for v in variants if v.startswith("flamestream_")]:
+        if name == "flamestream_gaps":
+            flow, release = gaps_graph(), "every"
+        else:
+            flow = word_count_graph(commutative=True, declared=name != "flamestream_lambdas")
+            release = "every" if name == "flamestream_every" else "latest"
+        found[name] = plan_execution(flow.build(), release=release).describe().splitlines()
+    return found
+
+
 def variant_reports(bench: Bench, measured: dict[str, report.Measured]) -> dict[str, Any]:
     """Each variant's section, its rates in its workload's units (words, or events)."""
     found: dict[str, Any] = {}
@@ -390,6 +406,7 @@ def main(argv: list[str] | None = None, spark: Any = None) -> int:
         "workloads": {n: "gaps" if n in GAPS else "word count" for n in args.variants},
         "variants": variant_reports(bench, measured),
         "ratios": report.ratios(medians, [n for n in medians if n not in GAPS]),
+        "plans": plans(args.variants),
         "versions": versions,
         "machine": report.machine() | {"spark_master": "local[2]", "shuffle_partitions": 2},
         "errors": errors,

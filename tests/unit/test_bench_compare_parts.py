@@ -1,4 +1,4 @@
-"""bench-compare's gaps workload without Spark: its corpus, its reference, its checks.
+"""bench-compare's parts without Spark: the gaps corpus, its reference and checks, the report.
 
 What the Spark variants are checked against must itself be right: the reference gaps are
 compared with the flamestream gaps graph run by the reference runtime over the same files
@@ -11,7 +11,7 @@ from collections import defaultdict
 from itertools import pairwise
 from pathlib import Path
 
-from benchmarks.compare import events, report
+from benchmarks.compare import events, harness, plot, report
 from benchmarks.lib.workloads import gaps_graph
 
 from flamestream.testing import run_in_order
@@ -91,3 +91,26 @@ def test_ratios_pair_each_new_variant_with_its_peer_and_only_word_counts_with_co
     assert found["flamestream_gaps_vs_pyspark_gaps_transform_with_state"] is None
     assert "flamestream_lambdas_vs_counter" in found
     assert not [r for r in found if "gaps" in r and r.endswith("_vs_counter")]
+
+
+def test_the_plot_draws_a_panel_per_workload_with_its_own_rows() -> None:
+    variant = {"runs": [{"seconds": 1.0}], "words_per_second": 10, "events_per_second": None}
+    gaps = {"runs": [{"seconds": 1.0}], "events_per_second": 5}
+    found = plot.panels(
+        {
+            "input": {"lines": 1, "words": 10, "files": 1},
+            "events_input": {"events": 5, "keys": 2, "files": 1},
+            "workloads": {"flamestream_lambdas": "word count", "flamestream_gaps": "gaps"},
+            "variants": {"flamestream_lambdas": variant, "flamestream_gaps": gaps},
+        }
+    )
+    assert [(unit, names) for _, unit, names, _ in found] == [
+        ("words", ["flamestream_lambdas"]),
+        ("events", ["flamestream_gaps"]),
+    ]
+
+
+def test_the_report_names_the_plan_of_every_flamestream_variant() -> None:
+    found = harness.plans(list(harness.VARIANTS))
+    assert set(found) == {v for v in harness.VARIANTS if v.startswith("flamestream_")}
+    assert "keyed by pairs" in "\n".join(found["flamestream_gaps"])
