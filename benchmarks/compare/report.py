@@ -151,7 +151,9 @@ NOTES = [
     "time is its time, so a key's global-time order is its time order across files) -> "
     "SparkGraph(map(lambda t: json.loads(t)) -> grouping(window=2, key=lambda e: e['key']) -> "
     "filter(lambda p: len(p) == 2) -> map(lambda p: 'key,time,gap'), release=every)"
-    ".write_stream -> files sink (parquet, release=tasks).",
+    ".write_stream -> files sink (parquet, release=tasks). clock=record costs a second read "
+    "of the input on the driver (the planner carries each front's clamp state in the "
+    "offsets), part of its seconds.",
     "pyspark_gaps_pandas_state: readStream.text -> from_json(value, 'key string, time long') "
     "-> groupBy(key).applyInPandasWithState(fn, 'key string, time long, gap long', "
     "'last long', 'append', GroupStateTimeout.NoTimeout), fn sorting the key's times of the "
