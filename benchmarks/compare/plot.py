@@ -44,6 +44,13 @@ def panels(report: dict[str, Any]) -> list[tuple[str, str, list[str], str]]:
                 f"gaps between a key's events, {made['events']:,} events of {made['keys']:,} "
                 f"keys in {made['files']} files"
             )
+        failed = [
+            n
+            for n, v in report["variants"].items()
+            if report.get("workloads", {}).get(n, "word count") == workload and not v["runs"]
+        ]
+        if failed:  # a variant that failed has no bar: say so where its bar would be
+            title += f"\nnot run (see the report's errors): {', '.join(failed)}"
         found.append((title, unit, names, f"{unit} per second, log scale"))
     return found
 

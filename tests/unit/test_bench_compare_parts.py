@@ -100,14 +100,24 @@ def test_the_plot_draws_a_panel_per_workload_with_its_own_rows() -> None:
         {
             "input": {"lines": 1, "words": 10, "files": 1},
             "events_input": {"events": 5, "keys": 2, "files": 1},
-            "workloads": {"flamestream_lambdas": "word count", "flamestream_gaps": "gaps"},
-            "variants": {"flamestream_lambdas": variant, "flamestream_gaps": gaps},
+            "workloads": {
+                "flamestream_lambdas": "word count",
+                "flamestream_gaps": "gaps",
+                "pyspark_gaps_transform_with_state": "gaps",
+            },
+            "variants": {
+                "flamestream_lambdas": variant,
+                "flamestream_gaps": gaps,
+                "pyspark_gaps_transform_with_state": {"runs": [], "events_per_second": None},
+            },
         }
     )
     assert [(unit, names) for _, unit, names, _ in found] == [
         ("words", ["flamestream_lambdas"]),
         ("events", ["flamestream_gaps"]),
     ]
+    assert "not run" not in found[0][0]
+    assert "not run (see the report's errors): pyspark_gaps_transform_with_state" in found[1][0]
 
 
 def test_the_report_names_the_plan_of_every_flamestream_variant() -> None:
