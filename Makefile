@@ -99,10 +99,12 @@ bench-spark: setup  ## Spark benchmarks: connectors vs built-ins, graphs vs plai
 bench-rescale: setup  ## rescale on a growing standalone cluster vs Spark's stop/repartition/restart: JSON
 	$(PY) -m benchmarks.spark_rescale $(RESCALE_ARGS)
 
-# Word count against plain PySpark, Bytewax 0.21.1, Pathway 0.33.0 and collections.Counter;
-# the peers run in virtualenvs made under .bench/venvs on first use. Flags: COMPARE_ARGS,
-# e.g. make bench-compare COMPARE_ARGS="--lines 20000 --rounds 1".
-bench-compare: setup  ## word count vs plain PySpark, Bytewax, Pathway, Counter: JSON + docs/img/bench-compare.png
+# Word count against plain PySpark (built-ins, and the split as an Arrow Python UDF), Bytewax
+# 0.21.1, Pathway 0.33.0 and collections.Counter; gaps between a key's events against
+# applyInPandasWithState / transformWithStateInPandas. The peers run in virtualenvs made under
+# .bench/venvs on first use. Flags: COMPARE_ARGS,
+# e.g. make bench-compare COMPARE_ARGS="--lines 20000 --events 40000 --rounds 1".
+bench-compare: setup  ## word count and per-key gaps vs PySpark (built-ins, UDFs, pandas state), Bytewax, Pathway, Counter: JSON + docs/img/bench-compare.png
 	$(PY) -m benchmarks.compare $(COMPARE_ARGS)
 
 # A grouping graph on appended files for SOAK_MINUTES at SOAK_RATE lines/s (by hand, not in

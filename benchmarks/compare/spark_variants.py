@@ -1,4 +1,7 @@
-"""The Spark variants: flamestream's word count (release latest / every) and plain PySpark's.
+"""The word count's Spark variants: flamestream's (declared or lambdas) and PySpark's.
+
+PySpark's: plain (``explode(split)``, all in the JVM) and with the split as an Arrow-optimized
+Python UDF (the peer of flamestream's word count written with lambdas: Python per line).
 
 All run with ``Trigger.AvailableNow`` into fresh output and checkpoint directories, on the
 shared ``local[2]`` session; each has a reader that turns its output back into word counts.
@@ -33,8 +36,9 @@ def flamestream_writer(
     going to ``write_stream`` unloaded, so the graph's first stage (split and count, for
     ``latest`` combined per word in Arrow) runs in the front's read tasks and the keyed stage
     (with its render step) in the sink's write tasks. ``fused=False``: ``apply`` on the
-    loaded front, then ``writeStream`` (two passes). ``declared=False``: the count written
-    out as ``map_reduce`` with a lambda mapper and rendered by a lambda (Python per word).
+    loaded front, then ``writeStream`` (two passes). ``declared=False`` (the
+    ``flamestream_lambdas`` variant): the count written out as ``map_reduce`` with a lambda
+    mapper and rendered by a lambda (Python per word: the general path).
     """
     from flamestream.spark import SparkGraph
 
@@ -55,7 +59,6 @@ def flamestream_writer(
 
 def plain_writer(spark: Any, source: Path, out: Path, checkpoint: Path) -> Any:
     """``readStream.text`` -> split / explode -> ``groupBy.count`` (update) -> foreachBatch."""
-    from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
 
     found = (
@@ -65,6 +68,35 @@ def plain_writer(spark: Any, source: Path, out: Path, checkpoint: Path) -> Any:
         .groupBy("word")
         .count()
     )
+    return _update_batches(found, out, checkpoint)
+
+
+def udf_writer(spark: Any, source: Path, out: Path, checkpoint: Path) -> Any:
+    """``readStream.text`` -> ``str.split`` as an Arrow Python UDF -> explode -> count.
+
+    The UDF declared as PySpark's docs show it (``@udf(returnType=..., useArrow=True)``):
+    the lines go to Python in Arrow batches, each line's words come back as an array. Then
+    ``groupBy.count`` in update mode and the same ``foreachBatch`` as ``plain_writer``.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, StringType
+
+    @F.udf(returnType=ArrayType(StringType()), useArrow=True)
+    def split_words(line: str) -> list[str]:
+        return line.split()
+
+    found = (
+        spark.readStream.text(str(source))
+        .select(F.explode(split_words(F.col("value"))).alias("word"))
+        .groupBy("word")
+        .count()
+    )
+    return _update_batches(found, out, checkpoint)
+
+
+def _update_batches(found: Any, out: Path, checkpoint: Path) -> Any:
+    """``found`` (update mode) -> ``foreachBatch`` overwriting Parquet ``batch=<id>``."""
+    from pyspark.sql import DataFrame
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
         # a replayed batch overwrites its own directory: idempotent, so exactly once
@@ -79,7 +111,7 @@ def plain_writer(spark: Any, source: Path, out: Path, checkpoint: Path) -> Any:
 
 
 def check_flamestream(
-    spark: Any, out: Path, expected: Counter[str], release: Release
+    spark: Any, out: Path, expected: Counter[str], release: Release, name: str | None = None
 ) -> dict[str, int]:
     """Check the sink's ``word=n`` rows: per word the highest n is the Counter's.
 
@@ -108,12 +140,14 @@ def check_flamestream(
             problem = f"{len(repeated)} words with a count released twice or not at all"
             problem += f", e.g. {sorted(repeated)[:5]}"
     if problem is not None:
-        msg = f"flamestream_{release}: highest count released per word: {problem}"
+        msg = f"{name or 'flamestream_' + release}: highest count released per word: {problem}"
         raise MismatchError(msg)
     return {"output_rows": sum(rows for _, rows, _ in found.values())}
 
 
-def check_plain(spark: Any, out: Path, expected: Counter[str]) -> dict[str, int]:
+def check_plain(
+    spark: Any, out: Path, expected: Counter[str], name: str = "plain_pyspark"
+) -> dict[str, int]:
     """Check that per word the count of the latest batch that updated it is the Counter's."""
     from pyspark.sql import functions as F
 
@@ -125,6 +159,6 @@ def check_plain(spark: Any, out: Path, expected: Counter[str]) -> dict[str, int]
     )
     problem = mismatch(expected, {r[0]: int(r[1]) for r in latest})
     if problem is not None:
-        msg = f"plain_pyspark: the latest batch's count per word: {problem}"
+        msg = f"{name}: the latest batch's count per word: {problem}"
         raise MismatchError(msg)
     return {"output_rows": sum(int(r[2]) for r in latest)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import zlib
 from collections import Counter
@@ -120,6 +121,29 @@ def word_count_graph(*, commutative: bool = False, declared: bool = False) -> An
         )
     render = Template("{key}={value}") if declared else (lambda r: f"{r.key}={r.value}")
     flow.sink("out", flow.map("render", counts, render))
+    return flow
+
+
+def gaps_graph() -> Any:
+    """Per key, the time since its previous event: parse -> grouping(window=2) -> gap.
+
+    Events are JSON lines ``{"key": .., "time": ..}``; every step is a user's lambda (the
+    general path): ``json.loads``, the key, a filter dropping each key's first window (one
+    event, no gap) and a map rendering ``"key,time,gap"`` (the later event's time, the gap
+    to the one before it in the key's global-time order).
+    """
+    from flamestream import Dataflow
+
+    flow = Dataflow("gaps")
+    events = flow.map("parse", flow.source("events"), lambda text: json.loads(text))
+    pairs = flow.grouping("pairs", events, window=2, key=lambda event: event["key"])
+    two = flow.filter("after-first", pairs, lambda pair: len(pair) == 2)
+    gaps = flow.map(
+        "gap",
+        two,
+        lambda pair: f"{pair[1]['key']},{pair[1]['time']},{pair[1]['time'] - pair[0]['time']}",
+    )
+    flow.sink("out", gaps)
     return flow
 
 
