@@ -115,8 +115,10 @@ def batches(draw: st.DrawFn) -> list[tuple[list[Event], GlobalTime | None]]:
     return out
 
 
-#: Rows the property test's lane took, and rows it was given.
+#: Rows the property test's lane took, and rows it was given; whether each batch given to
+#: run_in_order (below a min-time) ran whole.
 TAKEN: list[tuple[int, int]] = []
+WHOLE: list[bool] = []
 
 
 @settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -133,6 +135,13 @@ def test_the_lane_equals_the_general_path(data, window, latest):
         return TAKEN[-1][0]
 
     fast.lane.run = counting  # type: ignore[method-assign]
+    run_in_order = fast.lane.run_in_order
+
+    def counting_whole(*args: Any) -> bool:
+        WHOLE.append(run_in_order(*args))
+        return WHOLE[-1]
+
+    fast.lane.run_in_order = counting_whole  # type: ignore[method-assign]
     g = fast.grouping
     states = [GroupingState(g.step_id, g.window, g.key) for _ in range(2)]
     min_time = GlobalTime(-1, 0)
@@ -160,12 +169,14 @@ def test_the_lane_equals_the_general_path(data, window, latest):
 
 def test_the_random_batches_exercise_the_lane():
     """A guard on the property above: the lane took most rows, and left some to the general
-    path (flags, versions, rows out of order)."""
-    if not TAKEN:
+    path (flags, versions, rows out of order); batches below the min-time often ran whole."""
+    if not TAKEN or not WHOLE:
         test_the_lane_equals_the_general_path()
     taken, given_rows = sum(t for t, _ in TAKEN), sum(n for _, n in TAKEN)
     assert taken > scaled(1000)
     assert taken < given_rows
+    assert sum(WHOLE) > scaled(30)  # batches below the min-time ran whole, and
+    assert not all(WHOLE)  # some that were not in order (or of window 1) did not
 
 
 def _grouping_stage(made: Dataflow) -> tuple[Any, Any]:

@@ -345,6 +345,13 @@ class GroupingState:
             return None, 0
         return (bucket.items[-1] if bucket.items else None), bucket.clock
 
+    def last_items(self, key: Hashable, n: int) -> tuple[tuple[DataItem, ...], int]:
+        """``key``'s last ``n`` items (fewer if it holds fewer) and its bucket's clock."""
+        bucket = self._held(key)
+        if bucket is None:
+            return (), 0
+        return tuple(bucket.items[-n:]) if n else (), bucket.clock
+
     def may_invalidate_at(self, time: GlobalTime) -> bool:
         """Whether the index holds an item of ``time`` that may invalidate (not in order)."""
         peers = self._by_time.get(time)

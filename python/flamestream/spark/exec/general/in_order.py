@@ -22,7 +22,7 @@ makes of the batch. ``tests/unit/test_in_order_lane.py`` checks that on random b
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from flamestream.graph.logical import LogicalGraph
@@ -42,6 +42,7 @@ class InOrderGrouping:
     def __init__(self, grouping: Grouping, exit_to: str) -> None:
         self.grouping = grouping.step_id
         self.key = grouping.key
+        self.window = grouping.window
         self.exit_to = exit_to  #: the step the grouping's tuples go to (after the stage)
 
     @classmethod
@@ -113,3 +114,139 @@ class InOrderGrouping:
             leaving.wheres.append(where)
             taken += 1
         return taken
+
+    def run_in_order(
+        self,
+        state: GroupingState,
+        columns: Mapping[str, list[Any]],
+        determinants: dict[GlobalTime, tuple[Any, Any]],
+        leaving: Leaving,
+        min_time: GlobalTime,
+    ) -> bool:
+        """The whole batch at once, if every row is in order and below ``min_time``.
+
+        Only for a caller that collects garbage below ``min_time`` right after (as
+        ``MapReduceCycle.run_in_order``): of a key's items below the min-time the collection
+        keeps only the last ``window - 1`` and drops the index entries of their times. So
+        each of the batch's keys is left with just those items (``settle_in_order``: its
+        clock and the statistics as the appends and the collection would count them), and
+        the batch's times are not indexed. Two passes: the first checks every row and makes
+        the leaving rows without touching the state; at a row it cannot take (flagged, out of
+        order, above the min-time, a key that fails) it takes them back and returns False,
+        nothing changed (then :meth:`run` does the batch). A window of 1 keeps nothing (the
+        collection deletes the bucket, clock and all): such batches go row by row.
+        """
+        if self.window < 2:
+            return False
+        mark = len(leaving)
+        folded = self._fold_in_order(state, columns, determinants, leaving, min_time)
+        if folded is None:
+            leaving.take_back(mark)
+            return False
+        keys, values = folded
+        added = len(leaving.times) - mark
+        leaving.dests += [self.exit_to] * added
+        leaving.flags += [0] * added
+        made = _ItemsOfRows(columns, values)
+        for key, (recent, clock, appended) in keys.items():
+            kept = [made(x) for x in recent]
+            state.settle_in_order(key, kept, clock, appended=appended)
+        return True
+
+    def _fold_in_order(
+        self,
+        state: GroupingState,
+        columns: Mapping[str, list[Any]],
+        determinants: dict[GlobalTime, tuple[Any, Any]],
+        leaving: Leaving,
+        min_time: GlobalTime,
+    ) -> tuple[dict[Hashable, list[Any]], list[Any]] | None:
+        """The first pass of :meth:`run_in_order`: check every row and make its leaving row.
+
+        Returns per key ``[recent, clock, appended]``: its last ``window - 1`` items (bucket
+        items, or the batch's row numbers), its clock after the batch, the rows appended; and
+        the rows' payloads. None at the first row the batch cannot take this way.
+        """
+        key_of, grouping, keep = self.key, self.grouping, self.window - 1
+        pack = _LOCAL.pack
+        values: list[Any] = []  # per row, its payload
+        keys: dict[Hashable, list[Any]] = {}
+        before: tuple[int, int, bytes] | None = None
+        time, where = GlobalTime(0, 0), (None, None)
+        for row, (ts, front, trace, flags, source, position, to, payload) in enumerate(
+            item_rows(columns)
+        ):
+            if before is None or (ts, front) != before[:2]:
+                time = GlobalTime(ts, front)
+                where = determinants.setdefault(time, (source, position))
+                if not time < min_time or state.may_invalidate_at(time):
+                    return None
+            elif trace <= before[2]:  # two rows of one meta: the general way reports it
+                return None
+            before = (ts, front, trace)
+            if flags or payload is None or to != grouping:
+                return None
+            value = decode_payload(payload)
+            values.append(value)
+            try:
+                key = key_of(value)
+                held = keys.get(key)
+                if held is None:
+                    held = self._first_of_key(state, key, keep, time, trace)
+                    if held is None:
+                        return None
+                    keys[key] = held
+            except Exception:  # the general way raises it again, naming step and record
+                return None
+            recent = held[0]
+            window = (*[_payload(x, values) for x in recent], value)
+            recent.append(row)
+            del recent[:-keep]
+            held[1] += 1
+            held[2] += 1
+            leaving.times.append(ts)
+            leaving.fronts.append(front)
+            leaving.traces.append(trace + pack(held[1], 0))
+            leaving.payloads.append(window)
+            leaving.wheres.append(where)
+        return keys, values
+
+    @staticmethod
+    def _first_of_key(
+        state: GroupingState,
+        key: Hashable,
+        keep: int,
+        time: GlobalTime,
+        trace: bytes,
+    ) -> list[Any] | None:
+        """A key's record at its first row of the batch; None if the row is not after it."""
+        items, clock = state.last_items(key, keep)
+        if items and not items[-1].meta < Meta(time, decode_trace(trace)):
+            return None
+        return [list(items), clock, 0]
+
+
+def _payload(recent: Any, values: list[Any]) -> Any:
+    """The payload of a key's recent item: a bucket item's, or row ``recent``'s."""
+    return recent.payload if isinstance(recent, DataItem) else values[recent]
+
+
+class _ItemsOfRows:
+    """Data items made from the batch's rows, for the items a key keeps."""
+
+    def __init__(self, columns: Mapping[str, list[Any]], values: list[Any]) -> None:
+        self.columns = columns
+        self.values = values  #: the rows' payloads, as the leaving tuples hold them
+        self.traces: dict[bytes, tuple[LocalTime, ...]] = {}
+
+    def __call__(self, recent: Any) -> DataItem:
+        """A bucket item as it is; a row (its number) as the item ``receive`` would hold."""
+        if isinstance(recent, DataItem):
+            return recent
+        columns = self.columns
+        trace = columns["trace"][recent]
+        decoded = self.traces.get(trace)
+        if decoded is None:
+            decoded = self.traces[trace] = decode_trace(trace)
+        time = GlobalTime(columns["ts"][recent], columns["front"][recent])
+        return DataItem(self.values[recent], Meta(time, decoded))

@@ -308,7 +308,11 @@ class KeyedRunner:
             if latest_rows is None:
                 cycle.run(state, columns, determinants, deliver, leaving)
         elif lane is not None:
-            lane.run(state, columns, determinants, deliver, leaving)
+            whole = min_time is not None and lane.run_in_order(
+                state, columns, determinants, leaving, min_time
+            )
+            if not whole:
+                lane.run(state, columns, determinants, deliver, leaving)
         else:
             sources, positions = columns["source"], columns["position"]
             for row in range(table.num_rows):
