@@ -25,6 +25,7 @@ def flamestream_writer(
     release: Release,
     fused: bool = True,
     declared: bool = True,
+    columns: str = "all",
 ) -> Any:
     """Files front -> word count (``count``) -> files sink (Parquet, ``release=tasks``).
 
@@ -35,6 +36,7 @@ def flamestream_writer(
     (with its render step) in the sink's write tasks. ``fused=False``: ``apply`` on the
     loaded front, then ``writeStream`` (two passes). ``declared=False``: the count written
     out as ``map_reduce`` with a lambda mapper and rendered by a lambda (Python per word).
+    ``columns``: the sink's ``columns`` option (``all``, ``value`` or ``value,time``).
     """
     from flamestream.spark import SparkGraph
 
@@ -50,7 +52,8 @@ def flamestream_writer(
         writer = rows.writeStream.format("flamestream").option("checkpointLocation", ck)
     # Parquet, as the plain variant writes: JSON lines of 4.8M rows (metas and all) were a
     # third of the every-update variant's write tasks, and 16x the bytes
-    return files_options(writer, out, fmt="parquet").trigger(availableNow=True)
+    written = files_options(writer, out, fmt="parquet").option("columns", columns)
+    return written.trigger(availableNow=True)
 
 
 def plain_writer(spark: Any, source: Path, out: Path, checkpoint: Path) -> Any:
