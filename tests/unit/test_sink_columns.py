@@ -118,16 +118,19 @@ def test_a_task_keeps_what_the_barrier_reads_and_what_the_sink_writes(tmp_path: 
     assert _released(items).schema.names == list(RELEASED_COLUMNS)
 
 
-def test_the_choice_stays_the_same_for_a_checkpoint(tmp_path: Path):
-    writer(tmp_path, columns="value,time")
-    assert (tmp_path / "ck" / "flamestream-sink" / COLUMNS_FILE).read_text() == "value,time"
+def test_the_choice_stays_the_same_for_a_checkpoint_once_the_sink_ran(tmp_path: Path):
+    state = tmp_path / "ck" / "flamestream-sink"
+    writer(tmp_path, columns="value")
+    writer(tmp_path, columns="value,time")  # nothing staged yet: a first start that failed
+    assert (state / COLUMNS_FILE).read_text() == "value,time"
+    (state / "staging" / "0").mkdir(parents=True)  # batch 0 ran its tasks
     writer(tmp_path, columns="time,value")  # a restart with the same choice
     with pytest.raises(ConfigError, match=r"'columns' = 'all'.*value,time, the columns"):
         writer(tmp_path)
 
 
 def test_a_sink_state_from_before_the_option_wrote_every_column(tmp_path: Path):
-    (tmp_path / "ck" / "flamestream-sink").mkdir(parents=True)
+    (tmp_path / "ck" / "flamestream-sink" / "commits").mkdir(parents=True)
     writer(tmp_path)
     with pytest.raises(ConfigError, match=r"'columns' = 'value'.*all, the columns"):
         writer(tmp_path, columns="value")

@@ -470,22 +470,20 @@ COLUMNS_FILE = "columns"
 
 
 def _pin_columns(options: OptionReader, store_url: str, choice: str) -> None:
-    """Keep the ``columns`` option of a sink's first start for the life of its checkpoint.
+    """Keep the ``columns`` option of a sink's first run for the life of its checkpoint.
 
     A batch replayed after a restart must release the same bytes, and the rows buffered by
-    the barrier keep the columns of the run that staged them. A sink state folder without
-    the record was written by a query that wrote every column (there was no option then).
-    Runs at query start, on the driver.
+    the barrier keep the columns of the run that staged them. Until the sink has staged or
+    committed anything (a first start that failed before its first batch) the choice may
+    still change. A sink state folder without the record was written by a query that wrote
+    every column (there was no option then). Runs at query start, on the driver.
     """
     fs, root = filesystem(store_url)
     path = posixpath.join(root, COLUMNS_FILE)
-    if fs.exists(path):
-        before = fs.cat_file(path).decode()
-    elif fs.exists(root):
-        before = "all"
-    else:
+    if not _has_run(fs, root):
         write_atomically(fs, path, choice.encode())
         return
+    before = fs.cat_file(path).decode() if fs.exists(path) else "all"
     if before != choice:
         raise ConfigError(
             options.step,
@@ -494,6 +492,15 @@ def _pin_columns(options: OptionReader, store_url: str, choice: str) -> None:
             f"{before}, the columns this checkpoint's sink has released with (a replayed "
             "batch writes the same bytes); start a new checkpoint to change them",
         )
+
+
+def _has_run(fs: Any, root: str) -> bool:
+    """Whether the sink state folder ``root`` holds more than the ``columns`` record."""
+    try:
+        names = [posixpath.basename(p.rstrip("/")) for p in fs.ls(root, detail=False)]
+    except FileNotFoundError:
+        return False
+    return any(name != COLUMNS_FILE and not name.startswith(".") for name in names)
 
 
 class StagedMessage(WriterCommitMessage):
