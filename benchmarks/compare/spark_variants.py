@@ -36,7 +36,6 @@ def flamestream_writer(
     (with its render step) in the sink's write tasks. ``fused=False``: ``apply`` on the
     loaded front, then ``writeStream`` (two passes). ``declared=False``: the count written
     out as ``map_reduce`` with a lambda mapper and rendered by a lambda (Python per word).
-    ``columns``: the sink's ``columns`` option (``all``, ``value`` or ``value,time``).
     """
     from flamestream.spark import SparkGraph
 
@@ -52,6 +51,7 @@ def flamestream_writer(
         writer = rows.writeStream.format("flamestream").option("checkpointLocation", ck)
     # Parquet, as the plain variant writes: JSON lines of 4.8M rows (metas and all) were a
     # third of the every-update variant's write tasks, and 16x the bytes
+    # columns: the sink's columns option (all, value or value,time: docs/connectors.md)
     written = files_options(writer, out, fmt="parquet").option("columns", columns)
     return written.trigger(availableNow=True)
 
