@@ -1,7 +1,7 @@
 """Word count's keyed write task in one process: the Python a sink write task runs, phase by phase.
 
 ``python -m benchmarks.keyed_task [--lines N] [--files F] [--release every|latest]
-[--partitions P] [--repeat R] [--pause S]``
+[--columns all|value|value,time] [--partitions P] [--repeat R] [--pause S]``
 
 What the Spark benchmarks cannot show: where a write task's Python time goes. Without Spark,
 it makes what the shuffle would hand a key partition and runs on it what the sink's write
@@ -16,15 +16,16 @@ task runs, timing each phase:
 3. opening the blocks (and unpacking packed rows) and the sort by meta, as
    ``KeyedRunner._partition`` does them;
 4. the keyed stage (``KeyedRunner._runs``), its render tail (``WithTails``) and the part the
-   sink writes as the runs come (``sink.fill_parts`` into a Parquet part), below a min-time
-   that releases everything;
+   sink writes as the runs come (``sink.fill_parts`` into a Parquet part, with the columns
+   the sink's ``columns`` option names), below a min-time that releases everything;
 5. the garbage collection below the min-time and the state's snapshot.
 
 Run it with ``.venv/bin/flamestream-python -m benchmarks.keyed_task``: started for a module,
 the launcher gives it the jemalloc options Spark's workers get (docs/connectors.md).
 ``--pause`` sleeps between repetitions: on a virtual machine that hands freed pages back to
 its host, a task's first touch of fresh memory is what a Spark worker meets between batches.
-Prints JSON: per phase the median seconds and every run, the rows, the peak resident set.
+Prints JSON: per phase the median seconds and every run, the rows, the part's bytes, the
+peak resident set.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ CORPUS_DIR = Path(__file__).resolve().parent.parent / ".bench"
 #: Lines per front read block (the files front reads blocks of bytes; about this many lines).
 BLOCK_LINES = 16_384
 PHASES = ("unpack_sort", "keyed_render_write", "snapshot")
+#: The sink's ``columns`` choices (``flamestream.spark.connector.sink.COLUMNS``).
+COLUMNS = ["all", "value", "value,time"]
 
 
 def front_blocks(path: Path, front: int) -> Iterator[pa.RecordBatch]:
@@ -90,20 +93,30 @@ def shuffled(graph: Any, files: list[Path], partitions: int) -> list[pa.RecordBa
     return found
 
 
-def once(graph: Any, rows: list[pa.RecordBatch], out: Path) -> dict[str, float]:
-    """Steps 3 to 5 on ``rows``, timed, the cyclic collector paused as the task has it."""
+def once(
+    graph: Any, rows: list[pa.RecordBatch], out: Path, columns: str = "all"
+) -> dict[str, float]:
+    """Steps 3 to 5 on ``rows``, timed, the cyclic collector paused as the task has it.
+
+    ``columns``: the sink's ``columns`` option (what the part holds of each released row).
+    """
     from flamestream.spark.exec.worker.gc_pause import gc_paused
 
     with gc_paused():
-        return _once(graph, rows, out)
+        return _once(graph, rows, out, columns)
 
 
-def _once(graph: Any, rows: list[pa.RecordBatch], out: Path) -> dict[str, float]:
+def _once(graph: Any, rows: list[pa.RecordBatch], out: Path, columns: str) -> dict[str, float]:
     from flamestream.model import GlobalTime
     from flamestream.runtime.grouping import GroupingState
     from flamestream.spark.connector.options import OptionReader
-    from flamestream.spark.connector.sink import TaskParts, _released, fill_parts
-    from flamestream.spark.exec.general.items import sorted_by_meta
+    from flamestream.spark.connector.sink import (
+        TaskParts,
+        _released,
+        fill_parts,
+        written_columns,
+    )
+    from flamestream.spark.exec.general.items import RELEASED_COLUMNS, sorted_by_meta
     from flamestream.spark.exec.general.keyed import _INPUT_COLUMNS, KeyedRunner, _items_of
     from flamestream.spark.exec.general.tails import WithTails
     from pyspark_flamestream.sinks.files import FilesOutput
@@ -128,22 +141,24 @@ def _once(graph: Any, rows: list[pa.RecordBatch], out: Path) -> dict[str, float]
             for done in task.through_tails(output, keyed.handed_payloads):
                 yield pa.Table.from_batches([_released(done)])
 
-    parts = TaskParts(sink, 0, 0, background=True)  # as the sink's keyed write task has it
+    written = written_columns(columns, RELEASED_COLUMNS)
+    parts = TaskParts(sink, 0, 0, background=True, columns=written)  # as the write task has it
     left = fill_parts(parts, released(), everything)
     if (left is not None and left.num_rows) or len(parts.parts) != 1:
         msg = "every row below the min-time should go into one part"
         raise AssertionError(msg)
-    parts.close()
-    written = time.perf_counter()
+    (part,) = parts.close()
+    wrote = time.perf_counter()
     state.collect_garbage(everything)  # as the task does before its snapshot
     state.snapshot()
     ended = time.perf_counter()
     return {
         "unpack_sort": sorted_at - began,
-        "keyed_render_write": written - sorted_at,
-        "snapshot": ended - written,
+        "keyed_render_write": wrote - sorted_at,
+        "snapshot": ended - wrote,
         "rows_in": table.num_rows,
         "rows_out": parts.rows,
+        "bytes_out": (out / part).stat().st_size,
     }
 
 
@@ -153,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     cli.flag(made, "--lines", 400_000, "corpus lines")
     cli.flag(made, "--files", 4, "corpus files")
     cli.flag(made, "--release", "every", "what the count releases", choices=["every", "latest"])
+    cli.flag(made, "--columns", "all", "the sink's columns option", choices=COLUMNS)
     cli.flag(made, "--partitions", 2, "key partitions (the task runs partition 0)")
     cli.flag(made, "--pause", 0.0, "seconds slept between repetitions")
     args = made.parse_args(argv)
@@ -166,16 +182,22 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory() as work:
         for nth in range(args.warmup + args.repeat):
-            run = once(graph, rows, Path(work) / f"out-{nth}")
+            run = once(graph, rows, Path(work) / f"out-{nth}", args.columns)
             if nth >= args.warmup:
                 runs.append(run)
             time.sleep(args.pause)
     report = {
         "benchmark": "keyed_task",
-        "input": {"lines": args.lines, "files": args.files, "release": args.release},
+        "input": {
+            "lines": args.lines,
+            "files": args.files,
+            "release": args.release,
+            "columns": args.columns,
+        },
         "partition": f"0 of {args.partitions} (Spark's hash of the key)",
         "rows_in": runs[0]["rows_in"],
         "rows_out": runs[0]["rows_out"],
+        "bytes_out": runs[0]["bytes_out"],
         "seconds_median": {p: median(r[p] for r in runs) for p in PHASES},
         "seconds_runs": {p: [round(r[p], 3) for r in runs] for p in PHASES},
         "total_median": median(sum(r[p] for p in PHASES) for r in runs),

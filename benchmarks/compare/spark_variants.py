@@ -28,6 +28,7 @@ def flamestream_writer(
     release: Release,
     fused: bool = True,
     declared: bool = True,
+    columns: str = "all",
 ) -> Any:
     """Files front -> word count (``count``) -> files sink (Parquet, ``release=tasks``).
 
@@ -54,7 +55,9 @@ def flamestream_writer(
         writer = rows.writeStream.format("flamestream").option("checkpointLocation", ck)
     # Parquet, as the plain variant writes: JSON lines of 4.8M rows (metas and all) were a
     # third of the every-update variant's write tasks, and 16x the bytes
-    return files_options(writer, out, fmt="parquet").trigger(availableNow=True)
+    # columns: the sink's columns option (all, value or value,time: docs/connectors.md)
+    written = files_options(writer, out, fmt="parquet").option("columns", columns)
+    return written.trigger(availableNow=True)
 
 
 def plain_writer(spark: Any, source: Path, out: Path, checkpoint: Path) -> Any:

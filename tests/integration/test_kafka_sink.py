@@ -12,6 +12,7 @@ import pytest
 
 from flamestream.errors import ConfigError
 from flamestream.spark.connector.options import OptionReader
+from flamestream.spark.connector.sink import projected, written_columns
 from flamestream.testing.kafka import KafkaBroker
 from pyspark_flamestream.sinks.kafka import KafkaOutput
 
@@ -66,6 +67,18 @@ def test_release_produces_rows_with_their_global_time(kafka_broker, kafka_topic)
     assert sorted(v for _, v, _ in records) == [b"apple", b"banana", b"cherry"]
     by_value = {v: (k, h) for k, v, h in records}
     assert by_value[b"banana"] == (b"b", {"flamestream-ts": b"101", "flamestream-front": b"0"})
+
+
+def test_release_of_value_columns_only_produces_the_same_records_without_time_headers(
+    kafka_broker, kafka_topic
+):
+    """``columns=value``: the commit hands the sink the payload columns only (``key`` and
+    ``value`` here); the records are those of every column, without the time headers."""
+    sink = output(kafka_broker, kafka_topic)
+    full = rows(["apple", "banana"], 100)
+    sink.release(0, projected(full, written_columns("value", full.column_names)))
+    records = committed_records(kafka_broker, kafka_topic)
+    assert sorted(records) == [(b"a", b"apple", {}), (b"b", b"banana", {})]
 
 
 def test_a_repeated_release_of_a_batch_produces_nothing(kafka_broker, kafka_topic):

@@ -1,11 +1,13 @@
 """Word count on Spark (files front -> graph -> files sink), run as a child by the crash tests.
 
     python -m tests.spark.graph_crash_job <input dir> <output dir> <checkpoint dir> [elastic]
+        [columns=<the sink's columns option>]
 
 Trigger.AvailableNow with maxRecordsPerTrigger and clock=logical: the same input always makes
 the same batches and global times, so an interrupted and restarted run must release exactly
 what an unbroken one does. ``elastic``: key ranges move between the two keyed partitions on
-every imbalance (the state per slot must survive the crashes too).
+every imbalance (the state per slot must survive the crashes too). ``columns=…``: the files
+sink's ``columns`` option (default ``all``).
 """
 
 from __future__ import annotations
@@ -36,7 +38,12 @@ def word_count() -> Dataflow:
 
 
 def start(
-    spark: SparkSession, source: str, out: str, checkpoint: str, elastic: bool = False
+    spark: SparkSession,
+    source: str,
+    out: str,
+    checkpoint: str,
+    elastic: bool = False,
+    columns: str = "all",
 ) -> StreamingQuery:
     """Start the query on ``spark``."""
     # the reader, not loaded: apply runs the graph's first stage in the front's reads
@@ -59,6 +66,7 @@ def start(
         .option("sink", "files")
         .option("path", out)
         .option("checkpointLocation", checkpoint)
+        .option("columns", columns)
         .trigger(availableNow=True)
         .start()
     )
@@ -66,5 +74,7 @@ def start(
 
 if __name__ == "__main__":
     source, out, checkpoint = sys.argv[1:4]
-    elastic = sys.argv[4:5] == ["elastic"]
-    job_main(lambda spark: start(spark, source, out, checkpoint, elastic))
+    rest = sys.argv[4:]
+    elastic = "elastic" in rest
+    columns = next((a.split("=", 1)[1] for a in rest if a.startswith("columns=")), "all")
+    job_main(lambda spark: start(spark, source, out, checkpoint, elastic, columns))

@@ -92,6 +92,10 @@ def test_bad_dead_letter_configuration(spark: SparkSession, tmp_path: Path):
         ({"sink": "files", "path": "x", "release": "now"}, r"'release' = 'now'.*commit, tasks"),
         ({"sink": "files", "path": ""}, r"sink files: option 'path' = ''.*a non-empty dir"),
         (
+            {"sink": "files", "path": "x", "columns": "value,trace"},
+            r"sink files: option 'columns' = 'value,trace'.*one of all, value, value,time",
+        ),
+        (
             {"sink": "files", "path": "x", "stateLocation": ""},
             r"sink files: option 'stateLocation' = ''.*a non-empty string",
         ),

@@ -18,7 +18,9 @@ reused location skip every batch the old one committed).
 
 The table's columns are the released rows' columns, as the ``files`` sink writes them: for a
 graph ``ts``, ``front``, ``trace``, ``flags``, ``source``, ``position``, ``sink`` and
-``value``; for a front written directly, its meta columns and payload.
+``value``; for a front written directly, its meta columns and payload. The common sink option
+``columns`` (``value``, ``value,time``) narrows them; a table keeps the columns of its first
+commit, so the option stays the same for a table.
 
 Only ``release=commit``: delta-rs writes a commit's data files and the commit in one call, so
 tasks releasing their own parts would have to write Parquet files beside it with a second
@@ -27,7 +29,7 @@ storage client and build the commit's file actions by hand (see ``docs/connector
 Options: ``path`` (required: the table's URL, a local path or ``s3://…``), ``appId``,
 ``storageOptions`` (a JSON object of delta-rs storage options, such as
 ``{"AWS_ENDPOINT_URL": "…"}``), plus the common sink options (``checkpointLocation``,
-``stateLocation``, ``release``).
+``stateLocation``, ``release``, ``columns``).
 """
 
 from __future__ import annotations

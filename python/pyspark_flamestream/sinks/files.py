@@ -17,7 +17,9 @@ were killed by a crash. So a replayed batch overwrites its own files, readers ne
 duplicate, and a restart clears what its crashed attempt left, on any store.
 
 Options: ``path`` (required), ``format`` (``json`` or ``parquet``), ``release`` (``commit``
-or ``tasks``), plus the common sink options (``checkpointLocation``, ``stateLocation``).
+or ``tasks``), plus the common sink options (``checkpointLocation``, ``stateLocation``,
+``columns``: ``all``, ``value`` or ``value,time``, the columns each line or Parquet row holds;
+see :mod:`flamestream.spark.connector.sink`).
 """
 
 from __future__ import annotations

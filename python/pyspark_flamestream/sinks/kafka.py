@@ -11,11 +11,14 @@ and aborts the unfinished transaction.
 
 Each record carries the row's ``key`` and ``value`` columns (bytes as they are, strings as
 UTF-8, other types as JSON; ``value`` missing: the whole row as JSON) and headers
-``flamestream-ts`` and ``flamestream-front`` with its global time.
+``flamestream-ts`` and ``flamestream-front`` with its global time. With the sink option
+``columns=value`` the records have no headers (and a row without ``value`` is its payload
+columns as JSON); ``all`` and ``value,time`` give the same records unless the row has no
+``value`` column (then the JSON object holds the columns written).
 
 Options: ``kafka.bootstrap.servers`` (required), ``topic`` (required, must exist),
 ``transactionalId`` (default: derived from the checkpoint location), plus the common sink
-options.
+options (``columns`` among them).
 """
 
 from __future__ import annotations
@@ -98,11 +101,9 @@ class KafkaOutput(SinkOutput):
             producer.init_transactions()  # fences and aborts an unfinished earlier attempt
             producer.begin_transaction()
             names = rows.column_names
+            timed = "ts" in names  # not with columns=value
             for row in rows.to_pylist():
-                headers = [
-                    ("flamestream-ts", str(row["ts"]).encode()),
-                    ("flamestream-front", str(row["front"]).encode()),
-                ]
+                headers = _time_headers(row) if timed else []
                 value = row["value"] if "value" in names else row
                 producer.send(
                     self.topic,
@@ -131,6 +132,14 @@ class KafkaOutput(SinkOutput):
         finally:
             consumer.close()
         return int(committed) if committed is not None else 0
+
+
+def _time_headers(row: dict[str, Any]) -> list[tuple[str, bytes]]:
+    """A record's headers: the row's global time."""
+    return [
+        ("flamestream-ts", str(row["ts"]).encode()),
+        ("flamestream-front", str(row["front"]).encode()),
+    ]
 
 
 def _encode(value: Any) -> bytes | None:

@@ -151,6 +151,33 @@ class OptionReader:
             self.step, self.label(name), value, "one of " + ", ".join(map(str, options))
         )
 
+    def name_list(self, name: str, allowed: Iterable[str], default: str) -> str:
+        """One of ``allowed``, each a comma-separated list of names, compared as a set.
+
+        Spaces, case and the order of the names do not matter; the ``allowed`` spelling is
+        returned.
+
+        >>> OptionReader("sink files", {"columns": "Time, value"}).name_list(
+        ...     "columns", ["all", "value", "value,time"], "all"
+        ... )
+        'value,time'
+        >>> try:
+        ...     OptionReader("sink files", {"columns": "trace"}).name_list(
+        ...         "columns", ["all", "value"], "all"
+        ...     )
+        ... except ConfigError as exc:
+        ...     print(exc)
+        sink files: option 'columns' = 'trace' is invalid; allowed: one of all, value
+        """
+        options = list(allowed)
+        value = self.raw(name)
+        if value is None:
+            return default
+        for option in options:
+            if _names(option) == _names(value):
+                return option
+        raise ConfigError(self.step, self.label(name), value, "one of " + ", ".join(options))
+
     def finish(self, *, also_allowed: Iterable[str] = ()) -> None:
         """Reject every option that was never read (a typo, or an option of another step)."""
         extra = {name.lower() for name in also_allowed}
@@ -166,3 +193,8 @@ class OptionReader:
                     self._options[key],
                     f"no such option{guess}; known options: " + ", ".join(known),
                 )
+
+
+def _names(listed: str) -> frozenset[str]:
+    """The names of a comma-separated list, lower-cased, without spaces or empty names."""
+    return frozenset(part.strip().lower() for part in listed.split(",") if part.strip())

@@ -17,6 +17,14 @@ Two release modes (option ``release``):
   Each part is sorted by global time, a batch's parts become visible as its commit publishes
   them, and every row is released once; what is given up is one total order over the batch.
   Outputs that cannot publish parts (Kafka's per-batch transaction) support ``commit`` only.
+
+What each released row carries out (option ``columns``, :data:`COLUMNS`): ``all`` (default)
+writes the row as the barrier holds it, meta and determinant included; ``value`` writes its
+payload only, ``value,time`` its global time ``(ts, front)`` and payload. The barrier keeps
+the whole row wherever it needs it (staged, buffered, ordered, invalidated: trace and flags
+decide the order within a global time and which updates a replay drops); only the output
+is projected, at the last moment, so the release (its order, exactly once, a replay's bytes)
+is the same and only what is written per row shrinks.
 """
 
 from __future__ import annotations
@@ -53,6 +61,7 @@ from flamestream.spark.durable.barrier import (
     CommitOutcome,
     StagedPart,
 )
+from flamestream.spark.durable.files import filesystem, write_atomically
 from flamestream.spark.durable.loop import AckTable, loops_enabled
 from flamestream.spark.durable.state import STATE_BYTES
 from flamestream.spark.exec.general.items import (
@@ -72,10 +81,43 @@ WALL_CLOCK_FLOOR = 10**15
 #: Columns a barrier sink needs: the global time of every row.
 REQUIRED_COLUMNS = ("ts", "front")
 
+#: The ``columns`` option's choices: what a sink writes of each released row.
+COLUMNS = ("all", "value", "value,time")
 
-def _released(items: pa.RecordBatch) -> pa.RecordBatch:
-    """Item rows leaving the last stage (``to`` a sink) as the rows ``apply`` returns."""
-    columns = {name: items.column("to" if name == "sink" else name) for name in RELEASED_COLUMNS}
+#: The columns the barrier itself reads, whatever a sink writes: the global time orders the
+#: release, the trace orders a global time's rows, flags and trace decide invalidations.
+BARRIER_COLUMNS = ("ts", "front", "trace", "flags")
+
+#: A released row's meta and determinant; what ``columns=value`` leaves out (the rest is the
+#: payload: a graph's ``value``, the payload columns of a front written directly).
+META_COLUMNS = ("ts", "front", "trace", "flags", "source", "position", "sink")
+
+
+def written_columns(choice: str, names: Sequence[str]) -> tuple[str, ...] | None:
+    """The columns a sink writes of released rows with columns ``names``; None: every one.
+
+    >>> written_columns("value,time", ["ts", "front", "trace", "flags", "sink", "value"])
+    ('ts', 'front', 'value')
+    >>> written_columns("value", ["ts", "front", "source", "position", "key", "value"])
+    ('key', 'value')
+    """
+    if choice == "all":
+        return None
+    payload = tuple(name for name in names if name not in META_COLUMNS)
+    return payload if choice == "value" else ("ts", "front", *payload)
+
+
+def projected(rows: pa.Table, columns: Sequence[str] | None) -> pa.Table:
+    """``rows`` as a sink writes them: only ``columns`` (None: all), in that order."""
+    return rows if columns is None else rows.select(list(columns))
+
+
+def _released(items: pa.RecordBatch, names: Sequence[str] = RELEASED_COLUMNS) -> pa.RecordBatch:
+    """Item rows leaving the last stage (``to`` a sink) as the rows ``apply`` returns.
+
+    ``names``: only these of the released columns (:attr:`BarrierWriter.kept`).
+    """
+    columns = {name: items.column("to" if name == "sink" else name) for name in names}
     return pa.RecordBatch.from_pydict(columns)
 
 
@@ -146,6 +188,25 @@ class BackgroundPart(PartWriter):
         running, self._running = self._running, None
         if running is not None:
             running.result()
+
+
+class ProjectedPart(PartWriter):
+    """A part that writes only some columns of its rows (the sink's ``columns`` option)."""
+
+    def __init__(self, inner: PartWriter, columns: Sequence[str]) -> None:
+        self.inner, self.columns = inner, list(columns)
+
+    def write(self, rows: pa.Table) -> None:
+        """Append the written columns of ``rows``."""
+        self.inner.write(rows.select(self.columns))
+
+    def close(self) -> str:
+        """Finish the part."""
+        return self.inner.close()
+
+    def abort(self) -> None:
+        """Drop the part."""
+        self.inner.abort()
 
 
 class _CollectedPart(PartWriter):
@@ -248,7 +309,7 @@ def fill_parts(
 
 def first_meta(rows: pa.Table) -> list[Any] | None:
     """The meta (ts, front[, trace]) of the first of ``rows`` if they are in meta order."""
-    columns = [rows.column(n).combine_chunks() for n in _META if n in rows.column_names]
+    columns = [_whole(rows.column(n)) for n in _META if n in rows.column_names]
     if any(column.null_count for column in columns):
         return None
     if rows.num_rows > 1 and not ascending(columns):  # (one row is in order)
@@ -256,10 +317,16 @@ def first_meta(rows: pa.Table) -> list[Any] | None:
     return [column[0].as_py() for column in columns]
 
 
+def _whole(column: pa.ChunkedArray) -> pa.Array:
+    """``column`` as one array; a single chunk as it is (combining copies it: 72-byte traces)."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
 class OrderedPart:
     """A task's part, opened at its first block, that takes blocks in meta order only.
 
-    ``background``: written on a thread of its own (:class:`BackgroundPart`).
+    ``background``: written on a thread of its own (:class:`BackgroundPart`). ``columns``:
+    the columns written (None: all); the order is kept by the whole rows' meta all the same.
     """
 
     def __init__(
@@ -269,9 +336,10 @@ class OrderedPart:
         partition_id: int,
         run: int = 0,
         background: bool = False,
+        columns: Sequence[str] | None = None,
     ) -> None:
         self.output, self.batch_id, self.partition_id = output, batch_id, partition_id
-        self.run, self.background = run, background
+        self.run, self.background, self.columns = run, background, columns
         self.writer: PartWriter | None = None
         self.rows = 0
         self.last: list[Any] | None = None  # the meta (ts, front[, trace]) of the last row
@@ -284,6 +352,8 @@ class OrderedPart:
         """Append ``rows``, in meta order and :meth:`follows` the part's last row."""
         if self.writer is None:
             opened = self.output.open_part(self.batch_id, self.partition_id, self.run)
+            if self.columns is not None:
+                opened = ProjectedPart(opened, self.columns)
             self.writer = BackgroundPart(opened) if self.background else opened
         self.writer.write(rows)
         self.rows += rows.num_rows
@@ -316,14 +386,20 @@ class TaskParts:
     block's first (the tightest fit), else into a new part while fewer than
     :data:`STREAMED_PARTS` are open; else it is held. Each part is a file, sorted on its
     own, as the parts of different tasks are. ``background``: the parts are written on
-    threads of their own (the task runs a keyed stage: :class:`BackgroundPart`).
+    threads of their own (the task runs a keyed stage: :class:`BackgroundPart`). ``columns``:
+    the columns the parts write (None: all; :func:`written_columns`).
     """
 
     def __init__(
-        self, output: SinkOutput, batch_id: int, partition_id: int, background: bool = False
+        self,
+        output: SinkOutput,
+        batch_id: int,
+        partition_id: int,
+        background: bool = False,
+        columns: Sequence[str] | None = None,
     ) -> None:
         self.output, self.batch_id, self.partition_id = output, batch_id, partition_id
-        self.background = background
+        self.background, self.columns = background, columns
         self.parts: list[OrderedPart] = []
 
     @property
@@ -354,7 +430,12 @@ class TaskParts:
 
     def _opened(self) -> OrderedPart:
         part = OrderedPart(
-            self.output, self.batch_id, self.partition_id, len(self.parts), self.background
+            self.output,
+            self.batch_id,
+            self.partition_id,
+            len(self.parts),
+            self.background,
+            self.columns,
         )
         self.parts.append(part)
         return part
@@ -367,6 +448,59 @@ class TaskParts:
         """Drop every part begun."""
         for part in self.parts:
             part.abort()
+
+
+def _written(options: OptionReader, choice: str, names: Sequence[str]) -> tuple[str, ...] | None:
+    """The ``columns`` option's ``choice``: the columns written of rows with columns ``names``."""
+    columns = written_columns(choice, names)
+    if columns is not None and not set(columns) - set(META_COLUMNS):  # no payload column
+        raise ConfigError(
+            options.step,
+            options.label("columns"),
+            choice,
+            "all: the input has no payload column ("
+            + ", ".join(names)
+            + "), only meta that value and value,time leave out",
+        )
+    return columns
+
+
+#: The file in a sink's state folder that records its ``columns`` option.
+COLUMNS_FILE = "columns"
+
+
+def _pin_columns(options: OptionReader, store_url: str, choice: str) -> None:
+    """Keep the ``columns`` option of a sink's first run for the life of its checkpoint.
+
+    A batch replayed after a restart must release the same bytes, and the rows buffered by
+    the barrier keep the columns of the run that staged them. Until the sink has staged or
+    committed anything (a first start that failed before its first batch) the choice may
+    still change. A sink state folder without the record was written by a query that wrote
+    every column (there was no option then). Runs at query start, on the driver.
+    """
+    fs, root = filesystem(store_url)
+    path = posixpath.join(root, COLUMNS_FILE)
+    if not _has_run(fs, root):
+        write_atomically(fs, path, choice.encode())
+        return
+    before = fs.cat_file(path).decode() if fs.exists(path) else "all"
+    if before != choice:
+        raise ConfigError(
+            options.step,
+            options.label("columns"),
+            choice,
+            f"{before}, the columns this checkpoint's sink has released with (a replayed "
+            "batch writes the same bytes); start a new checkpoint to change them",
+        )
+
+
+def _has_run(fs: Any, root: str) -> bool:
+    """Whether the sink state folder ``root`` holds more than the ``columns`` record."""
+    try:
+        names = [posixpath.basename(p.rstrip("/")) for p in fs.ls(root, detail=False)]
+    except FileNotFoundError:
+        return False
+    return any(name != COLUMNS_FILE and not name.startswith(".") for name in names)
 
 
 class StagedMessage(WriterCommitMessage):
@@ -396,10 +530,20 @@ class BarrierWriter(DataSourceStreamArrowWriter):
         self.output = output
         modes = ["commit", "tasks"] if output.supports_task_release else ["commit"]
         self.release_in_tasks = options.choice("release", modes, "commit") == "tasks"
+        #: the columns written of each released row (None: all of them)
+        names = RELEASED_COLUMNS if self.stage is not None else schema.fieldNames()
+        choice = options.name_list("columns", COLUMNS, "all")
+        self.columns = _written(options, choice, names)
+        #: the columns a write task keeps of its rows (None: all): what the barrier reads and
+        #: what the sink writes; the others are dropped before anything stages or sorts them
+        self.kept = None
+        if self.columns is not None:
+            self.kept = [n for n in names if n in BARRIER_COLUMNS or n in self.columns]
         self.checkpoint = options.string("checkpointLocation", required=True)
         self.store = BarrierStore(
             options.string("stateLocation", QueryCheckpoint(self.checkpoint).sink_url)
         )
+        _pin_columns(options, self.store.url, choice)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
         """Stage this task's rows durably (executors)."""
@@ -409,7 +553,10 @@ class BarrierWriter(DataSourceStreamArrowWriter):
         batch_id = batch_id_of_task()
         partition_id = context.partitionId()
         if self.stage is not None:  # the graph's keyed stage first, then its released rows
-            iterator = (_released(rows) for rows in self.stage(iterator))
+            names = self.kept or RELEASED_COLUMNS
+            iterator = (_released(rows, names) for rows in self.stage(iterator))
+        elif self.kept is not None:
+            iterator = (rows.select(self.kept) for rows in iterator)
         if self.release_in_tasks:
             message = self._release_part(batch_id, partition_id, iterator)
         else:
@@ -440,7 +587,13 @@ class BarrierWriter(DataSourceStreamArrowWriter):
         min_time = read_min_time(self.checkpoint, batch_id, in_task=True)
         # 2. and 3.
         # a keyed stage's runs are written while the next are made (BackgroundPart)
-        parts = TaskParts(self.output, batch_id, partition_id, background=self.stage is not None)
+        parts = TaskParts(
+            self.output,
+            batch_id,
+            partition_id,
+            background=self.stage is not None,
+            columns=self.columns,
+        )
         try:
             rest = fill_parts(parts, (pa.Table.from_batches([b]) for b in blocks), min_time)
         except BaseException:  # a failed task (a step that raised) leaves no half part behind
@@ -467,7 +620,7 @@ class BarrierWriter(DataSourceStreamArrowWriter):
 
         def release(batch_id: int, rows: pa.Table | None) -> None:
             if rows is not None:
-                self.output.release(batch_id, rows)
+                self.output.release(batch_id, projected(rows, self.columns))
             if self.release_in_tasks:
                 self.output.publish(batch_id, written)
             crash_point("sink.commit.released", batch_id)
