@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 VARIANTS = (
     "flamestream_latest",
     "flamestream_every",
+    "flamestream_every_values",
     "plain_pyspark",
     "flamestream_lambdas",
     "pyspark_udf",
@@ -40,6 +41,8 @@ VARIANTS = (
 #: Not run unless asked for, to show what a way of writing the query gains: word count latest
 #: the way before readers and write_stream (apply on the loaded front, then writeStream).
 EXTRA = ("flamestream_latest_apply",)
+#: The word count variants releasing every update (``_values``: the sink writes values only).
+EVERY = ("flamestream_every", "flamestream_every_values")
 #: The gaps workload's variants (over the event corpus); the others count the words' corpus.
 GAPS = ("flamestream_gaps", "pyspark_gaps_pandas_state", "pyspark_gaps_transform_with_state")
 #: The variants run on the benchmark's Spark session (the others: peers' processes, Counter).
@@ -153,7 +156,7 @@ def word_case(bench: Bench, name: str) -> Case:
         writer = spark_variants.plain_writer if plain else spark_variants.udf_writer
         check = partial(spark_variants.check_plain, expected=bench.expected, name=name)
         return partial(writer, spark, source), partial(check, spark)
-    release: spark_variants.Release = "every" if name == "flamestream_every" else "latest"
+    release: spark_variants.Release = "every" if name in EVERY else "latest"
     define = partial(
         spark_variants.flamestream_writer,
         spark,
@@ -161,6 +164,7 @@ def word_case(bench: Bench, name: str) -> Case:
         release=release,
         fused=name != "flamestream_latest_apply",
         declared=name != "flamestream_lambdas",
+        columns="value" if name == "flamestream_every_values" else "all",
     )
     check = partial(
         spark_variants.check_flamestream, expected=bench.expected, release=release, name=name
@@ -359,7 +363,7 @@ def plans(variants: list[str]) -> dict[str, list[str]]:
             flow, release = gaps_graph(), "every"
         else:
             flow = word_count_graph(commutative=True, declared=name != "flamestream_lambdas")
-            release = "every" if name == "flamestream_every" else "latest"
+            release = "every" if name in EVERY else "latest"
         found[name] = plan_execution(flow.build(), release=release).describe().splitlines()
     return found
 
