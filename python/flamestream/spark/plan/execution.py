@@ -2,8 +2,9 @@
 
 ``plan_execution(graph)`` decides everything that depends on the graph alone: the stages
 (:func:`~flamestream.spark.plan.stages.plan_stages`), the loop edges, the key function of
-every keyed entry, the map-side pre-combiners of ``release="latest"``, the source and the
-sinks. ``SparkGraph`` wires the plan onto DataFrames; ``describe()`` prints it.
+every keyed entry, the map-side pre-combiners of ``release="latest"``, the path each stage
+takes (:func:`~flamestream.spark.plan.paths.plan_paths`), the source and the sinks.
+``SparkGraph`` wires the plan onto DataFrames; ``describe()`` prints it.
 
 >>> from flamestream import Dataflow
 >>> flow = Dataflow("clean")
