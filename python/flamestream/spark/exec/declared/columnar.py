@@ -5,9 +5,9 @@ are not: ``str.split`` as a flat_map's function, and :func:`flamestream.count`'s
 (:class:`~flamestream.graph.mapreduce.CountMapper` without a key). A stateless stage that is
 exactly ``[flat_map(str.split) ->] count's map`` (the plan's ``declared-count`` path, see
 :mod:`flamestream.spark.plan.paths`) runs as :class:`CountedText`, with Arrow kernels:
-``ascii_split_whitespace``
-(with the separators only ``str.split()`` knows, the file separators U+001C to U+001F, made
-spaces first; empty pieces dropped, as ``str.split()`` makes none), then
+``ascii_split_whitespace`` (with the separators only ``str.split()`` knows, the file
+separators U+001C to U+001F, made spaces first; empty pieces dropped, as ``str.split()``
+makes none), then
 
 * combined before the shuffle (``release="latest"``, reducer ``operator.add``): words
   numbered by ``dictionary_encode`` and counted, then one row per word in order of first
