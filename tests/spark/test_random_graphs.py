@@ -161,5 +161,6 @@ def test_random_graphs_release_what_the_reference_runtime_releases(
         wanted = (
             "replayed", "two+ sinks", "merge", "2+ groupings", "in front", "in sink", "packed",
             "blocks", "declared-count", "map-reduce-cycle", "summed", "rendered-template",
+            "in-order-grouping",
         )  # fmt: skip
         assert all(seen[what] for what in wanted), seen

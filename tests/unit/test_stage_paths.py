@@ -31,6 +31,7 @@ from flamestream.spark.plan.paths import (
     CYCLE,
     DECLARED_COUNT,
     GENERAL,
+    LANE,
     RENDERED,
     SUMMED,
     StagePath,
@@ -70,8 +71,11 @@ def runner_of(graph: SparkGraph, stage: Stage) -> StageRunner | KeyedRunner:
 def taken(runner: StageRunner | KeyedRunner) -> str:
     """The path a runner takes on a plain batch, from the shortcut it built."""
     if isinstance(runner, KeyedRunner):
+        assert runner.cycle is None or runner.lane is None
         if runner.summed is not None:
             return SUMMED
+        if runner.lane is not None:
+            return LANE
         return CYCLE if runner.cycle is not None else GENERAL
     assert runner.counted is None or runner.rendered is None
     if runner.counted is not None:
@@ -155,7 +159,7 @@ def test_random_declared_graphs_take_every_path():
     for seed in range(100):
         plan = plan_execution(random_graph(seed, declared=True).flow.build())
         kinds |= {plan.path(stage).kind for stage in plan.stages}
-    assert kinds == {GENERAL, DECLARED_COUNT, CYCLE, SUMMED, RENDERED}
+    assert kinds == {GENERAL, DECLARED_COUNT, CYCLE, SUMMED, LANE, RENDERED}
 
 
 @settings(max_examples=examples(100), deadline=None)
@@ -163,7 +167,7 @@ def test_random_declared_graphs_take_every_path():
 def test_graphs_without_declared_steps_are_as_before(seed: int):
     """``declared=False`` draws the same graphs: no declared count, sum or render in them."""
     plan = plan_execution(random_graph(seed).flow.build())
-    assert {plan.path(s).kind for s in plan.stages} <= {GENERAL, CYCLE}
+    assert {plan.path(s).kind for s in plan.stages} <= {GENERAL, CYCLE, LANE}
 
 
 # the decision's cases, one by one
@@ -232,10 +236,10 @@ def test_a_template_not_after_a_sum_stays_general():
     assert _kinds(_word_count(), fusion=False) == [GENERAL, DECLARED_COUNT, SUMMED, GENERAL]
 
 
-def test_a_plain_grouping_and_a_count_into_another_key_take_the_general_path():
+def test_a_grouping_alone_takes_its_lane_and_other_cycles_the_general_path():
     flow = Dataflow("window")
     flow.sink("out", flow.grouping("g", flow.source("in"), window=2, key=str))
-    assert _kinds(flow) == [GENERAL]
+    assert _kinds(flow) == [LANE]  # a grouping alone: the in-order lane
     # count's map into a map_reduce-like cycle keyed by another function than mapped_key
     flow = Dataflow("other")
     (mapped,) = flow.add_step(Map("m", MapStep(CountMapper())), flow.source("in"))

@@ -13,6 +13,9 @@ shortcut from it without deciding again, and ``describe()`` prints it. The paths
                        without the per-step deliveries (``.fastpath``)
 ``summed``             such a cycle whose reduce adds up (``count``, ``operator.add``): its
                        in-order batches below the min-time summed in Arrow (``.summed``)
+``in-order-grouping``  a keyed stage that is a grouping alone (no cycle; any key function):
+                       in-order items appended without the per-step deliveries
+                       (``exec.general.in_order``)
 ``rendered-template``  a stage run after a ``summed`` stage, in its tasks, that is one plain
                        ``Template`` map into a sink, with the default render: the sums'
                        items rendered in Arrow (``.rendered``)
@@ -58,12 +61,20 @@ from flamestream.graph.template import Template
 from flamestream.spark.plan.stages import Stage
 
 #: The paths a stage may take (module docstring).
-PathKind = Literal["general", "declared-count", "map-reduce-cycle", "summed", "rendered-template"]
+PathKind = Literal[
+    "general",
+    "declared-count",
+    "map-reduce-cycle",
+    "summed",
+    "in-order-grouping",
+    "rendered-template",
+]
 
 GENERAL: PathKind = "general"
 DECLARED_COUNT: PathKind = "declared-count"
 CYCLE: PathKind = "map-reduce-cycle"
 SUMMED: PathKind = "summed"
+LANE: PathKind = "in-order-grouping"
 RENDERED: PathKind = "rendered-template"
 
 
@@ -98,6 +109,17 @@ class CycleShape:
 
 
 @dataclass(frozen=True)
+class GroupingAlone:
+    """A keyed stage that is its grouping alone (what :func:`grouping_alone` finds).
+
+    Its in-order items take the lane of :mod:`flamestream.spark.exec.general.in_order`.
+    """
+
+    grouping: str  #: the grouping
+    exit_to: str  #: where its tuples go (after the stage)
+
+
+@dataclass(frozen=True)
 class TemplateRender:
     """A stateless stage that is one map rendering with a plain ``Template`` into a sink.
 
@@ -113,13 +135,14 @@ class TemplateRender:
 class StagePath:
     """The path a stage takes, and what its shortcut is built from (module docstring).
 
-    Exactly one of ``count``, ``cycle`` (``map-reduce-cycle`` and ``summed``) and ``render``
-    is set for a shortcut, none for ``general``.
+    Exactly one of ``count``, ``cycle`` (``map-reduce-cycle`` and ``summed``), ``lane`` and
+    ``render`` is set for a shortcut, none for ``general``.
     """
 
     kind: PathKind = GENERAL
     count: TextCount | None = None
     cycle: CycleShape | None = None
+    lane: GroupingAlone | None = None
     render: TemplateRender | None = None
     #: steps may be swapped while the query runs: a batch with one swapped runs it generally
     swappable: bool = False
@@ -143,6 +166,7 @@ class StagePath:
             DECLARED_COUNT: "a declared count of text: {done} in Arrow",
             CYCLE: "map_reduce's cycle: in-order items fold without per-step deliveries",
             SUMMED: "a declared sum: in-order batches summed in Arrow",
+            LANE: "a grouping alone: in-order items appended without per-step deliveries",
             RENDERED: "a declared Template: a sum's items rendered in Arrow",
         }[self.kind]
         if self.count is not None:
@@ -205,9 +229,11 @@ def stage_path(
         return GENERAL_PATH
     if stage.grouping is not None:
         cycle = map_reduce_cycle(graph, stage)
-        if cycle is None:
-            return StagePath(swappable=swappable)
-        return StagePath(SUMMED if cycle.reduce.sums else CYCLE, cycle=cycle, swappable=swappable)
+        if cycle is not None:
+            kind = SUMMED if cycle.reduce.sums else CYCLE
+            return StagePath(kind, cycle=cycle, swappable=swappable)
+        lane = grouping_alone(graph, stage)
+        return StagePath(LANE if lane else GENERAL, lane=lane, swappable=swappable)
     counted = text_count(graph, stage, precombine)
     if counted is not None and keys.get(counted.dest) is mapped_key:
         # its rows carry map_reduce's keys: the merge must key them by ``mapped_key``
@@ -284,6 +310,13 @@ def map_reduce_cycle(graph: LogicalGraph, stage: Stage) -> CycleShape | None:
     if ports[exit_port] in inside:
         return None
     return CycleShape(merge.step_id, ports[exit_port], exit_port, back, reduce.fn)
+
+
+def grouping_alone(graph: LogicalGraph, stage: Stage) -> GroupingAlone | None:
+    """``stage`` as a grouping alone, or None (a cycle's keyed stage holds more steps)."""
+    if stage.grouping is None or tuple(stage.steps) != (stage.grouping,):
+        return None
+    return GroupingAlone(stage.grouping, graph.consumer(stage.grouping))
 
 
 def template_render(graph: LogicalGraph, stage: Stage) -> TemplateRender | None:

@@ -66,7 +66,7 @@ from flamestream.spark.exec.shuffle.blocks import is_blocked, opened
 from flamestream.spark.exec.shuffle.packed import is_packed, unpack
 from flamestream.spark.exec.worker.gc_pause import gc_paused
 from flamestream.spark.exec.worker.worker_setup import setup_worker
-from flamestream.spark.plan.paths import CYCLE, GENERAL, SUMMED, StagePath, stage_path
+from flamestream.spark.plan.paths import CYCLE, GENERAL, LANE, SUMMED, StagePath, stage_path
 from flamestream.spark.plan.stages import Stage
 
 if TYPE_CHECKING:
@@ -159,8 +159,8 @@ class KeyedRunner:
         #: the cycle's in-order batches in Arrow, when its reduce adds up (count)
         summed = self.cycle is not None and self.path.kind == SUMMED
         self.summed = SummedCycle(self.cycle) if summed and self.cycle is not None else None
-        #: a grouping fed by merges only: its in-order items skip the deliveries (in_order)
-        self.lane = InOrderGrouping.of(graph, stage) if self.cycle is None else None
+        #: a grouping alone: its in-order items skip the deliveries (in_order)
+        self.lane = InOrderGrouping(grouping, self.path.lane.exit_to) if self.path.lane else None
         self.fast = True  #: False: every item the general way (tests compare the two)
         #: set when items coming round the cycle may change key (not map_reduce's cycle)
         self.loop = loop
@@ -310,7 +310,7 @@ class KeyedRunner:
                     queue.extend(outputs if router is None else router.route(outputs))
 
         cycle = self.cycle if taken in (CYCLE, SUMMED) and router is None else None
-        lane = self.lane if self.fast and not self._versions and router is None else None
+        lane = self.lane if taken == LANE and router is None else None
         latest_rows: list[int] | None = None  # each key's last row, if the batch ran whole
         if cycle is not None:
             if min_time is not None:
