@@ -5,7 +5,10 @@ flat_maps that may output nothing, filters (some on a grouping's tuples, so that
 version can be dropped where the old one passed: tombstones), groupings with windows 1-4 and
 value-dependent keys, map_reduce, broadcasts, merges of any two open streams (diamonds when
 both come from one broadcast). Whatever is open at the end goes to 1-3 sinks, declared in a
-random order. Payloads are strings throughout (a grouping's tuple is joined with ``+``), so
+random order. ``declared=True`` also draws the steps runtimes recognize by their declared
+type (``str.split``, ``count``, ``operator.add`` as map_reduce's reducer, ``Template``
+renders): the shapes the plan gives a fast path (``flamestream.spark.plan.paths``).
+Payloads are strings throughout (a grouping's tuple is joined with ``+``), so
 every graph runs on text fronts and renders the same everywhere.
 
 User functions are closures made here, so Spark's workers get them by value (cloudpickle),
@@ -14,12 +17,13 @@ and each has a readable ``__name__`` for ``describe`` and errors.
 
 from __future__ import annotations
 
+import operator
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from flamestream import Dataflow, map_reduce
+from flamestream import Dataflow, Template, count, map_reduce
 from flamestream.graph.dataflow import Stream
 
 ALPHABET = ("a", "b", "ab", "ba", "c", "bca")
@@ -94,8 +98,11 @@ class Grown:
         return f"seed {self.seed}: {' '.join(self.ops)}; sinks {', '.join(self.sinks)}"
 
 
-def random_graph(seed: int, *, max_groupings: int = 3) -> Grown:
-    """A valid graph with 1 to ``max_groupings`` groupings and 1-3 sinks, from ``seed``."""
+def random_graph(seed: int, *, max_groupings: int = 3, declared: bool = False) -> Grown:
+    """A valid graph with 1 to ``max_groupings`` groupings and 1-3 sinks, from ``seed``.
+
+    ``declared``: also declared steps (module docstring); without, the same graphs as ever.
+    """
     rng = random.Random(seed)
     flow = Dataflow(f"random{seed}")
     grown = Grown(flow, seed)
@@ -127,7 +134,10 @@ def random_graph(seed: int, *, max_groupings: int = 3) -> Grown:
             pool.append(flow.map(step_id("map"), up, suffix(rng.choice("xyz"))))
         elif kind == "flat_map":
             up = take()
-            pool.append(flow.flat_map(step_id("flat_map"), up, split_on(rng.choice(" +a"))))
+            splitter: Callable[[str], list[str]] = split_on(rng.choice(" +a"))
+            if declared and rng.random() < 0.5:
+                splitter = str.split
+            pool.append(flow.flat_map(step_id("flat_map"), up, splitter))
         elif kind == "filter":
             up = take()
             on_tuples = id(up) in grouped_streams and rng.random() < 0.7
@@ -142,6 +152,8 @@ def random_graph(seed: int, *, max_groupings: int = 3) -> Grown:
             joined = flow.map(step_id("join"), tuples, join_tuple())
             grouped_streams.add(id(joined))
             pool.append(joined)
+        elif kind == "map_reduce" and declared:
+            pool.append(_declared_reduce(flow, take(), step_id, rng))
         elif kind == "map_reduce":
             up = take()
             counts = map_reduce(
@@ -167,3 +179,21 @@ def random_graph(seed: int, *, max_groupings: int = 3) -> Grown:
         flow.sink(name, stream)
         grown.sinks.append(name)
     return grown
+
+
+def _declared_reduce(
+    flow: Dataflow, up: Stream, step_id: Callable[[str], str], rng: random.Random
+) -> Stream:
+    """A count (of split text or not), a summing or a lambda map_reduce, and a render."""
+    how = rng.choice(["count", "split_count", "sum", "lambda"])
+    if how == "split_count":
+        up = flow.flat_map(step_id("flat_map"), up, str.split)
+    if how in ("count", "split_count"):
+        counts = count(flow, step_id("map_reduce"), up)
+    else:
+        reducer = operator.add if how == "sum" else add()
+        counts = map_reduce(
+            flow, step_id("map_reduce"), up, mapper=first_char_count(), reducer=reducer
+        )
+    render = rng.choice([Template("{key}={value}"), Template("{key}"), show_reduced()])
+    return flow.map(step_id("show"), counts, render)

@@ -9,7 +9,9 @@ invalidations, tombstones); with 1-4 key partitions, fused or not. The reference
 the same graph in global-time order on the global times the fronts stamped, and every sink's
 released ``(ts, front, value)`` sequence must be the same.
 
-A handful of seeds runs by default, plus the seeds that found bugs (``REGRESSIONS``);
+A handful of seeds runs by default, plus the seeds that found bugs (``REGRESSIONS``) and
+a few graphs with declared steps (``DECLARED``: ``count`` of split text, sums, ``Template``
+renders), whose stages take the Arrow paths (``flamestream.spark.plan.paths``);
 ``FLAMESTREAM_RANDOM_GRAPHS=<n>`` runs ``n`` (and ``FLAMESTREAM_RANDOM_GRAPHS_FROM=<seed>``
 starts elsewhere) to hunt for more.
 """
@@ -41,6 +43,9 @@ FIRST_SEED = int(os.environ.get("FLAMESTREAM_RANDOM_GRAPHS_FROM", "0"))
 #: reads; then a keyed stage run once per consumer in one batch, its two copies racing on the
 #: snapshot's temporary file).
 REGRESSIONS = (19,)
+#: Seeds run with ``random_graph(seed, declared=True)``: between them every declared path
+#: (a count of text, a summing cycle, a Template after it, a lambda cycle), small graphs.
+DECLARED = (100, 128, 248)
 
 
 def text(front: int) -> list[str]:
@@ -107,8 +112,9 @@ def test_random_graphs_release_what_the_reference_runtime_releases(
 ):
     seen: Counter[str] = Counter()
     seeds = list(range(FIRST_SEED, FIRST_SEED + GRAPHS))
-    for seed in seeds + [r for r in REGRESSIONS if r not in seeds]:
-        grown = random_graph(seed)
+    runs = [(seed, False) for seed in seeds + [r for r in REGRESSIONS if r not in seeds]]
+    for seed, declared in runs + [(seed, True) for seed in DECLARED]:
+        grown = random_graph(seed, declared=declared)
         rng = random.Random(seed)
         front_set = rng.choice(sorted(FRONT_SETS))
         partitions = rng.randint(1, 4)
@@ -119,7 +125,8 @@ def test_random_graphs_release_what_the_reference_runtime_releases(
         in_sink = rng.random() < 0.5
         where = (
             f"{grown}; fronts {front_set}, {partitions} key partitions, fusion {fusion}, "
-            f"first stage in the fronts {in_front}, write_stream {in_sink}"
+            f"first stage in the fronts {in_front}, write_stream {in_sink}, "
+            f"declared steps {declared}"
         )
         work = tmp_path / f"seed{seed}"
         limits = FRONT_SETS[front_set]
@@ -148,10 +155,12 @@ def test_random_graphs_release_what_the_reference_runtime_releases(
         seen["in sink"] += in_sink and graph.plan.in_sink is not None
         seen["packed"] += in_front and graph.plan.packed_into() is not None
         seen["blocks"] += in_front and graph.plan.blocked_into() is not None
+        seen.update({graph.plan.path(stage).kind for stage in graph.stages})
     # the seeds must really exercise what the generator is for
     if GRAPHS >= 5:
         wanted = (
             "replayed", "two+ sinks", "merge", "2+ groupings", "in front", "in sink", "packed",
-            "blocks",
+            "blocks", "declared-count", "map-reduce-cycle", "summed", "rendered-template",
+            "in-order-grouping",
         )  # fmt: skip
         assert all(seen[what] for what in wanted), seen

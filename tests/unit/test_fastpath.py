@@ -337,12 +337,14 @@ def test_the_random_batches_exercise_the_fast_paths():
 def test_only_map_reduce_cycles_get_the_fast_path():
     graph = SparkGraph(flow("sum"))
     (stage,) = [s for s in graph.stages if s.grouping]
-    assert MapReduceCycle.of(graph.graph, stage) is not None
+    assert graph.plan.path(stage).kind == "map-reduce-cycle"
+    assert graph.plan.path(stage).cycle is not None
     other = Dataflow("window")
     other.sink("out", other.grouping("g", other.source("in"), window=2, key=str))
     plain = SparkGraph(other)
     (stage,) = [s for s in plain.stages if s.grouping]
-    assert MapReduceCycle.of(plain.graph, stage) is None
+    assert plain.plan.path(stage).kind == "in-order-grouping"  # its own lane, not the cycle's
+    assert plain.plan.path(stage).cycle is None
 
 
 def _fragile(acc: int, value: int) -> int:
@@ -376,6 +378,7 @@ def test_map_reduce_cycle_is_recognized_after_the_graph_travels_to_workers():
     from pyspark import cloudpickle
 
     from flamestream.graph.mapreduce import is_map_reduce_grouping
+    from flamestream.spark.plan.paths import map_reduce_cycle
 
     flow = Dataflow("wc")
     counts = map_reduce(
@@ -386,7 +389,7 @@ def test_map_reduce_cycle_is_recognized_after_the_graph_travels_to_workers():
     travelled = cloudpickle.loads(cloudpickle.dumps(graph))
     stage = next(s for s in travelled.stages if s.grouping)
     assert is_map_reduce_grouping(travelled.graph.step(stage.grouping))
-    assert MapReduceCycle.of(travelled.graph, stage) is not None
+    assert map_reduce_cycle(travelled.graph, stage) is not None
 
 
 def with_render_tail(reducer: str, *, handed: bool) -> Any:

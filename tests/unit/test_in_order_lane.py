@@ -24,7 +24,6 @@ from flamestream.errors import UnhashableKeyError
 from flamestream.model import GlobalTime, LocalTime
 from flamestream.runtime.grouping import GroupingState
 from flamestream.spark.apply import SparkGraph
-from flamestream.spark.exec.general.in_order import InOrderGrouping
 from flamestream.spark.exec.general.items import (
     ITEM_SCHEMA,
     MAY_INVALIDATE,
@@ -34,6 +33,7 @@ from flamestream.spark.exec.general.items import (
     encode_trace,
 )
 from flamestream.spark.exec.general.keyed import KeyedRunner
+from flamestream.spark.plan.paths import grouping_alone
 
 from ..examples import examples, scaled
 from .test_fastpath import IN_ORDER_TRACES, TRACES, as_unpacked, view
@@ -186,14 +186,14 @@ def _grouping_stage(made: Dataflow) -> tuple[Any, Any]:
 
 
 def test_only_a_grouping_alone_gets_the_lane():
-    assert InOrderGrouping.of(*_grouping_stage(flow(2))) is not None
+    assert grouping_alone(*_grouping_stage(flow(2))) is not None
     looped = Dataflow("loop")  # the grouping's tuples go round to its merge: a cycle
     merged = looped.merge("m", looped.source("in"))  # the loop's input added below
     tuples = looped.broadcast("copy", looped.grouping("g", merged, window=2, key=first), 2)
     short = looped.filter("short", tuples[0], lambda t: len(t) < 2)
     looped.add_merge_input(merged, looped.map("again", short, lambda t: t[-1]))
     looped.sink("out", tuples[1])
-    assert InOrderGrouping.of(*_grouping_stage(looped)) is None
+    assert grouping_alone(*_grouping_stage(looped)) is None
 
 
 @pytest.mark.parametrize("fast", [True, False])

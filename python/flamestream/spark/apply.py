@@ -17,7 +17,7 @@ graph clean: 1 stage, fusion on
   source lines -> stage 1
   fronts given as readers: stage 1 runs in their reads
   crossings JVM/Python per item, at most: 4 (apply on loaded fronts), 2 (write_stream)
-  stage 1 [fused: split -> long -> upper] (one mapInArrow pass) -> sink out
+  stage 1 [fused: split -> long -> upper] (one mapInArrow pass; path general) -> sink out
 """
 
 from __future__ import annotations
@@ -118,6 +118,7 @@ class SparkGraph:
             release=release,
             elastic=self.elastic is not None,
             swappable=swappable,
+            default_render=render is render_default,
         )
         self.graph = graph
         self.fusion = fusion
@@ -430,7 +431,13 @@ class SparkGraph:
     def _runner(self, stage: Stage, *, named: bool = True, swaps: SwapReader | None = None) -> Any:
         name = stage.name if stage.steps else "flamestream_key"
         runner = StageRunner(
-            self.graph, stage, self.keys, self.render, self.plan.precombine, swaps=swaps
+            self.graph,
+            stage,
+            self.keys,
+            self.render,
+            self.plan.precombine,
+            swaps=swaps,
+            path=self.plan.path(stage),
         )
         return _named(runner, name) if named else runner
 
@@ -571,6 +578,7 @@ class _Wiring:
             loop=loop,
             elastic_partitions=key_partitions if route == "route" else None,
             swaps=plan.swaps,
+            path=graph.plan.path(stage),
         )
         tails = [
             graph._runner(tail, named=False, swaps=plan.swaps) for tail in graph.plan.tails(stage)

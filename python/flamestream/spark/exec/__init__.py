@@ -13,9 +13,10 @@
   cycle (``fastpath``) and its sums (``summed``, ``summed_state``), ``Template`` renders of a
   sum (``rendered``). Each is a shortcut of the general path: the same rows and state bytes
   (``tests/unit/test_fastpath.py``, ``test_columnar.py``, ``test_stage_runner.py``), taken only
-  for the steps it recognizes by their declared type, never by a user function's code;
-  :meth:`~flamestream.spark.plan.execution.ExecutionPlan.describe` names the stages that
-  take one.
+  for the steps it recognizes by their declared type, never by a user function's code.
+  Which stage takes which is decided once, by the plan (:mod:`flamestream.spark.plan.paths`);
+  the runners build the shortcut from that decision and
+  :meth:`~flamestream.spark.plan.execution.ExecutionPlan.describe` names it.
 * :mod:`.worker`: what a Spark Python worker sets up once (``worker_setup``) and the garbage
   collector's pause per batch (``gc_pause``).
 """

@@ -2,8 +2,9 @@
 
 ``plan_execution(graph)`` decides everything that depends on the graph alone: the stages
 (:func:`~flamestream.spark.plan.stages.plan_stages`), the loop edges, the key function of
-every keyed entry, the map-side pre-combiners of ``release="latest"``, the source and the
-sinks. ``SparkGraph`` wires the plan onto DataFrames; ``describe()`` prints it.
+every keyed entry, the map-side pre-combiners of ``release="latest"``, the path each stage
+takes (:func:`~flamestream.spark.plan.paths.plan_paths`), the source and the sinks.
+``SparkGraph`` wires the plan onto DataFrames; ``describe()`` prints it.
 
 >>> from flamestream import Dataflow
 >>> flow = Dataflow("clean")
@@ -14,7 +15,7 @@ graph clean: 1 stage, fusion on
   source lines -> stage 1
   fronts given as readers: stage 1 runs in their reads
   crossings JVM/Python per item, at most: 4 (apply on loaded fronts), 2 (write_stream)
-  stage 1 [fused: split -> upper] (one mapInArrow pass) -> sink out
+  stage 1 [fused: split -> upper] (one mapInArrow pass; path general) -> sink out
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from typing import Any
 
 from flamestream.errors import GraphError
 from flamestream.graph.logical import LogicalGraph
-from flamestream.graph.mapreduce import ReduceStep
-from flamestream.graph.steps import Map, Merge, Sink, Source
+from flamestream.graph.steps import Merge, Sink, Source
+from flamestream.spark.plan.paths import GENERAL_PATH, StagePath, plan_paths
 from flamestream.spark.plan.stages import (
     Stage,
     keyed_entries,
@@ -34,8 +35,6 @@ from flamestream.spark.plan.stages import (
     plan_stages,
     precombiners,
     reduce_step_of,
-    template_render,
-    text_count,
 )
 
 #: The release modes: every update the model releases, or the latest value per key per batch.
@@ -68,11 +67,17 @@ class ExecutionPlan:
     elastic: bool = False
     #: steps' functions may be swapped while the query runs (a control channel is unioned in)
     swappable: bool = False
+    #: per stage index, the path its runner takes (:mod:`.paths`: the one place that decides)
+    paths: Mapping[int, StagePath] = field(default_factory=dict)
     stage_of: Mapping[str, Stage] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         by_step = {sid: stage for stage in self.stages for sid in stage.steps}
         object.__setattr__(self, "stage_of", by_step)
+
+    def path(self, stage: Stage) -> StagePath:
+        """The path ``stage``'s runner takes (the general one for a stage the plan lacks)."""
+        return self.paths.get(stage.index, GENERAL_PATH) if stage.steps else GENERAL_PATH
 
     def tails(self, stage: Stage) -> tuple[Stage, ...]:
         """The stateless stages that run in ``stage``'s tasks, after it, in stage order."""
@@ -231,8 +236,6 @@ class ExecutionPlan:
             kind = f"keyed by {stage.grouping}: "
             how = "shuffled by key, state per partition"
             how += ", its cycle runs in the task" if len(stage.steps) > 1 else ""
-            if _adds_up(self.graph, stage):
-                how += "; a declared sum: in-order batches summed in Arrow"
         elif stage.grouping:
             kind = f"keyed by {stage.grouping}: "
             how = (
@@ -243,29 +246,11 @@ class ExecutionPlan:
             kind = "fused: " if len(stage.steps) > 1 else ""
             host = self.hosts.get(stage.index)
             how = "one mapInArrow pass" if host is None else f"in stage {host}'s tasks, after it"
-            counted = text_count(self.graph, stage, self.precombine)
-            if counted is not None:
-                done = "split and counted" if counted.combined else "split and keyed"
-                how += f"; a declared count of text: {done} in Arrow"
-            if self._renders_a_sum(stage, host):
-                how += "; a declared Template: a sum's items rendered in Arrow"
+        how += f"; {self.path(stage).describe()}"
         return (
             f"  stage {stage.index} [{kind}{' -> '.join(stage.steps)}] ({how}) "
             f"-> {', '.join(leaving)}"
         )
-
-    def _renders_a_sum(self, stage: Stage, host: int | None) -> bool:
-        """Whether ``stage`` renders with a plain ``Template`` in a summing stage's tasks."""
-        if host is None or template_render(self.graph, stage) is None:
-            return False
-        keyed = next(s for s in self.stages if s.index == host)
-        return _adds_up(self.graph, keyed)
-
-
-def _adds_up(graph: LogicalGraph, stage: Stage) -> bool:
-    """Whether ``stage`` reduces with a sum (``ReduceStep.sums``: ``count``, ``operator.add``)."""
-    steps = [graph.step(sid) for sid in stage.steps]
-    return any(isinstance(s, Map) and isinstance(s.fn, ReduceStep) and s.fn.sums for s in steps)
 
 
 def plan_execution(
@@ -275,8 +260,13 @@ def plan_execution(
     release: str = "every",
     elastic: bool = False,
     swappable: bool = False,
+    default_render: bool = True,
 ) -> ExecutionPlan:
-    """Compile ``graph`` into its execution plan; a ``GraphError`` names what cannot run."""
+    """Compile ``graph`` into its execution plan; a ``GraphError`` names what cannot run.
+
+    ``default_render``: sink payloads are rendered by the default render (``render_default``,
+    which a ``Template`` tail's Arrow path reproduces), not by a render of the caller's.
+    """
     if release not in RELEASES:
         raise GraphError(graph.name, "release 'every' or 'latest'", repr(release), "")
     cut = loop_edges(graph)
@@ -300,8 +290,20 @@ def plan_execution(
         )
     sinks = tuple(sid for sid, step in graph.steps.items() if isinstance(step, Sink))
     hosts = tails_of_keyed(graph, stages, cut) if fusion else {}
+    keys = keyed_entries(graph, stages)
+    precombine = precombiners(graph, stages) if release == "latest" else {}
+    paths = plan_paths(
+        graph,
+        stages,
+        keys=keys,
+        precombine=precombine,
+        hosts=hosts,
+        default_render=default_render,
+        swappable=swappable,
+    )
     return ExecutionPlan(
         hosts=hosts,
+        paths=paths,
         in_front=front_work(graph, stages, sources[0], cut) if fusion else None,
         in_sink=sink_work(graph, stages, hosts, sinks, cut) if fusion else None,
         graph=graph,
@@ -309,8 +311,8 @@ def plan_execution(
         release=release,
         stages=tuple(stages),
         cut=cut,
-        keys=keyed_entries(graph, stages),
-        precombine=precombiners(graph, stages) if release == "latest" else {},
+        keys=keys,
+        precombine=precombine,
         source=sources[0],
         sinks=sinks,
         elastic=elastic,

@@ -8,23 +8,14 @@ onto DataFrames; :mod:`flamestream.spark.exec` runs it.
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from flamestream.errors import GraphError, InvariantError
 from flamestream.graph.logical import LogicalGraph
-from flamestream.graph.mapreduce import CountMapper, MapStep, ReduceStep
-from flamestream.graph.steps import (
-    STATELESS,
-    FlatMap,
-    Grouping,
-    Map,
-    Merge,
-    Sink,
-)
-from flamestream.graph.template import Template
+from flamestream.graph.mapreduce import ReduceStep
+from flamestream.graph.steps import STATELESS, Grouping, Map, Merge
 
 
 @dataclass(frozen=True)
@@ -321,80 +312,3 @@ def precombiners(graph: LogicalGraph, stages: list[Stage]) -> dict[str, Callable
         if reduce is not None and reduce.combinable:
             combine.update(dict.fromkeys(stage.entries, reduce.reducer))
     return combine
-
-
-@dataclass(frozen=True)
-class TextCount:
-    """A stateless stage that is ``[flat_map(str.split) ->] count(...)``'s map.
-
-    What :func:`text_count` recognizes; the stage runner then splits and counts in Arrow
-    (:mod:`flamestream.spark.exec.declared.columnar`).
-    """
-
-    entry: str  #: the stage's one entry step
-    split: bool  #: whether the entry splits the text into words first
-    dest: str  #: where the count's items go (the count's merge, in the keyed stage)
-    combined: bool  #: whether they are combined per key before the shuffle (``latest``)
-
-
-def text_count(
-    graph: LogicalGraph, stage: Stage, precombine: Mapping[str, Callable[[Any, Any], Any]]
-) -> TextCount | None:
-    """``stage`` as a declared count of text, or None.
-
-    Exactly the steps ``[flat_map(str.split) ->] map(count's mapper without a key)``, the map's
-    items going to the count's merge, which may pre-combine them (with ``operator.add``).
-    """
-    if stage.grouping is not None or len(stage.entries) != 1 or len(stage.steps) > 2:
-        return None
-    steps = [graph.step(sid) for sid in stage.steps]
-    split = len(steps) == 2 and isinstance(steps[0], FlatMap) and steps[0].fn is str.split
-    if len(steps) != 1 + split or stage.entries[0] != steps[0].step_id:
-        return None
-    count = steps[-1]
-    if split and graph.consumer(steps[0].step_id) != count.step_id:
-        return None
-    if not (
-        isinstance(count, Map)
-        and isinstance(count.fn, MapStep)
-        and count.fn.mapper == CountMapper()
-        and count.outputs == 1
-    ):
-        return None
-    dest = graph.consumer(count.step_id)
-    if not isinstance(graph.step(dest), Merge) or dest in stage.steps:
-        return None
-    combiner = precombine.get(dest)
-    if combiner is not None and combiner is not operator.add:
-        return None
-    return TextCount(steps[0].step_id, split, dest, combined=combiner is not None)
-
-
-@dataclass(frozen=True)
-class TemplateRender:
-    """A stateless stage that is one map rendering with a plain ``Template`` into a sink.
-
-    What :func:`template_render` recognizes; after a keyed stage summing text keys, the tail
-    then renders in Arrow (:mod:`flamestream.spark.exec.declared.rendered`).
-    """
-
-    parts: tuple[tuple[str, str | None], ...]  #: the template's (literal, field) pairs
-    sink: str  #: the sink the rendered text goes to
-
-
-def template_render(graph: LogicalGraph, stage: Stage) -> TemplateRender | None:
-    """``stage`` as a plain ``Template`` render into a sink, or None.
-
-    Exactly one map whose function is a ``Template`` of plain ``{key}`` / ``{value}`` fields
-    (:meth:`~flamestream.graph.template.Template.plain_parts`), its output going to a sink.
-    """
-    if stage.grouping is not None or len(stage.steps) != 1:
-        return None
-    step = graph.step(stage.steps[0])
-    if not isinstance(step, Map) or not isinstance(step.fn, Template):
-        return None
-    parts = step.fn.plain_parts()
-    sink = graph.consumer(step.step_id, 0)
-    if parts is None or not isinstance(graph.step(sink), Sink):
-        return None
-    return TemplateRender(tuple(parts), sink)

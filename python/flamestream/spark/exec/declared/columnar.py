@@ -3,10 +3,11 @@
 A stage runner applies steps item by item because their functions are opaque Python. Two
 are not: ``str.split`` as a flat_map's function, and :func:`flamestream.count`'s mapper
 (:class:`~flamestream.graph.mapreduce.CountMapper` without a key). A stateless stage that is
-exactly ``[flat_map(str.split) ->] count's map`` (``plan.stages.text_count``) runs as
-:class:`CountedText`, with Arrow kernels: ``ascii_split_whitespace``
-(with the separators only ``str.split()`` knows, the file separators U+001C to U+001F, made
-spaces first; empty pieces dropped, as ``str.split()`` makes none), then
+exactly ``[flat_map(str.split) ->] count's map`` (the plan's ``declared-count`` path, see
+:mod:`flamestream.spark.plan.paths`) runs as :class:`CountedText`, with Arrow kernels:
+``ascii_split_whitespace`` (with the separators only ``str.split()`` knows, the file
+separators U+001C to U+001F, made spaces first; empty pieces dropped, as ``str.split()``
+makes none), then
 
 * combined before the shuffle (``release="latest"``, reducer ``operator.add``): words
   numbered by ``dictionary_encode`` and counted, then one row per word in order of first
@@ -25,17 +26,16 @@ batch goes the general way. ``tests/unit/test_columnar.py`` compares the two on 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from flamestream.graph.logical import LogicalGraph
 from flamestream.spark.exec.general.items import ITEM_SCHEMA, PAIR_HEAD, TEXT_TAG
 from flamestream.spark.exec.shuffle.packed import group, packed_rows
-from flamestream.spark.plan.stages import Stage, TextCount, text_count
+from flamestream.spark.plan.paths import TextCount
 
 
 class CountedText:
@@ -46,17 +46,6 @@ class CountedText:
         self.split = shape.split  #: whether the entry splits the text into words first
         self.dest = shape.dest  #: where the count's items go (the count's merge, keyed)
         self.combine = shape.combined  #: combined per word (latest), or a row per word
-
-    @classmethod
-    def of(
-        cls,
-        graph: LogicalGraph,
-        stage: Stage,
-        precombine: Mapping[str, Callable[[Any, Any], Any]],
-    ) -> CountedText | None:
-        """The stage's columnar form, or None if it is not exactly a combined count of text."""
-        shape = text_count(graph, stage, precombine)
-        return None if shape is None else cls(shape)
 
     def run(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
         """The stage's rows for item rows; None: the general path runs.

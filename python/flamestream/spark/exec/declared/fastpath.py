@@ -37,14 +37,7 @@ import struct
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
-from flamestream.graph.logical import LogicalGraph
-from flamestream.graph.mapreduce import (
-    Mapped,
-    ReduceStep,
-    ends_with_mapped,
-    is_map_reduce_grouping,
-)
-from flamestream.graph.steps import Broadcast, Filter, Map, Merge
+from flamestream.graph.mapreduce import Mapped
 from flamestream.model import DataItem, GlobalTime, LocalTime, Meta
 from flamestream.runtime.grouping import GroupingState
 from flamestream.spark.exec.general.items import (
@@ -54,7 +47,7 @@ from flamestream.spark.exec.general.items import (
     encode_trace,
 )
 from flamestream.spark.exec.general.leaving import Leaving, item_rows
-from flamestream.spark.plan.stages import Stage
+from flamestream.spark.plan.paths import CycleShape
 
 _LOCAL = struct.Struct(">QI")
 
@@ -65,51 +58,17 @@ _L00 = LocalTime(0, 0)
 class MapReduceCycle:
     """map_reduce's cycle in a keyed stage, with the in-order fast path (module docstring)."""
 
-    def __init__(
-        self, merge: str, exit_to: str, exit_port: int, back_port: int, reduce: ReduceStep
-    ) -> None:
-        self.merge = merge
-        self.exit_to = exit_to
-        self.reduce = reduce
+    def __init__(self, shape: CycleShape) -> None:
+        """The cycle the plan found (``plan.paths.map_reduce_cycle``)."""
+        self.merge = shape.merge
+        self.exit_to = shape.exit_to
+        self.reduce = shape.reduce
+        exit_port, back_port = shape.exit_port, shape.back_port
         # (c,0) goes between these: the merge's local time before, filter, reduce and the
         # broadcast's after (the leaving copy's, and the copy going back through the merge)
         self.exit_tail = encode_trace((_L00, _L00, LocalTime(0, exit_port)))
         self.back_tail = (_L00, _L00, LocalTime(0, back_port), _L00)
         self.back_bytes = encode_trace(self.back_tail)
-
-    @classmethod
-    def of(cls, graph: LogicalGraph, stage: Stage) -> MapReduceCycle | None:
-        """The cycle if ``stage`` is exactly map_reduce's (as built by ``map_reduce``), or None."""
-        if stage.grouping is None or len(stage.steps) != 5 or len(stage.entries) != 1:
-            return None
-        inside = set(stage.steps)
-        merge = graph.step(stage.entries[0])
-        grouping = graph.step(stage.grouping)
-        if not isinstance(merge, Merge) or graph.consumer(merge.step_id) != grouping.step_id:
-            return None
-        if not is_map_reduce_grouping(grouping):
-            return None
-        filter_ = graph.step(graph.consumer(grouping.step_id))
-        if not (
-            isinstance(filter_, Filter)
-            and filter_.predicate is ends_with_mapped
-            and filter_.version_stable
-        ):
-            return None
-        reduce = graph.step(graph.consumer(filter_.step_id))
-        if not (isinstance(reduce, Map) and isinstance(reduce.fn, ReduceStep)):
-            return None
-        broadcast = graph.step(graph.consumer(reduce.step_id))
-        if not (isinstance(broadcast, Broadcast) and broadcast.n == 2):
-            return None
-        ports = [graph.consumer(broadcast.step_id, port) for port in range(2)]
-        if merge.step_id not in ports:
-            return None
-        back = ports.index(merge.step_id)
-        exit_port = 1 - back
-        if ports[exit_port] in inside:
-            return None
-        return cls(merge.step_id, ports[exit_port], exit_port, back, reduce.fn)
 
     def run_in_order(
         self,

@@ -22,11 +22,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from flamestream.errors import InvariantError
-from flamestream.graph.logical import LogicalGraph
 from flamestream.graph.mapreduce import Reduced
 from flamestream.model import LocalTime
 from flamestream.spark.exec.general.items import ITEM_SCHEMA, encode_trace, extended_traces
-from flamestream.spark.plan.stages import Stage, TemplateRender, template_render
+from flamestream.spark.plan.paths import TemplateRender
 
 #: What a stateless step appends to the trace of its only output: ``(0, 0)``.
 _MAP_SUFFIX = np.frombuffer(encode_trace((LocalTime(0, 0),)), np.uint8).reshape(1, -1)
@@ -84,12 +83,6 @@ class RenderedTail:
     def __init__(self, shape: TemplateRender) -> None:
         self.parts = shape.parts  #: the template's (literal, field) pairs
         self.sink = shape.sink
-
-    @classmethod
-    def of(cls, graph: LogicalGraph, stage: Stage, default_render: bool) -> RenderedTail | None:
-        """The stage's Arrow form, or None if it is not such a map with the default render."""
-        shape = template_render(graph, stage)
-        return cls(shape) if shape is not None and default_render else None
 
     def run(self, batch: pa.RecordBatch, payloads: ReducedColumns) -> pa.RecordBatch | None:
         """The rows the stage sends its sink for ``batch``; None if a row is flagged.

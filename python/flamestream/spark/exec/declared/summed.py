@@ -69,13 +69,6 @@ class SummedCycle:
         self.cycle = cycle
         self._parsed = _ParsedDictionary()
 
-    @classmethod
-    def of(cls, cycle: MapReduceCycle | None) -> SummedCycle | None:
-        """The summing form of ``cycle``, or None if its reduce does not add up."""
-        if cycle is None or not cycle.reduce.sums:
-            return None
-        return cls(cycle)
-
     def run(
         self,
         table: pa.Table,

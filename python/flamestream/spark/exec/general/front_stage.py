@@ -24,6 +24,7 @@ from flamestream.spark.exec.general.shipping import ship, unship
 from flamestream.spark.exec.general.stateless import StageRunner
 from flamestream.spark.exec.shuffle.blocks import BLOCK_SCHEMA, blocked
 from flamestream.spark.exec.shuffle.packed import PACKED_SCHEMA
+from flamestream.spark.plan.paths import DECLARED_COUNT
 
 #: The column a fused front adds to the rows it sends: how many front records they account
 #: for (on the first row sent after those records were read, 0 on the others). Spark counts
@@ -125,7 +126,8 @@ class FrontStage:
         item rows.
         """
         # a batch with swapped steps runs the general way (the count compiled the old split)
-        counted = self.runner.counted if not self.runner.swapped() else None
+        declared = self.runner.path.in_batch(self.runner.swapped()) == DECLARED_COUNT
+        counted = self.runner.counted if declared else None
         text = rows.column(self.payload)
         if counted is not None and pa.types.is_string(text.type):
             made = counted.of_front(rows, self.entry, text, packed)

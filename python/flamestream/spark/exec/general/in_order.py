@@ -16,7 +16,9 @@ trace encoding. A row takes the lane only when every step of that table provably
 may-invalidate or tombstone flag, a key the key function gives and a dict can hold, the
 bucket's last item below it, no may-invalidate item of its global time in the index); any
 other row goes the general way in its turn, so the state stays what the general path alone
-makes of the batch. ``tests/unit/test_in_order_lane.py`` checks that on random batches.
+makes of the batch. ``tests/unit/test_in_order_lane.py`` checks that on random batches. The
+plan decides which stages take the lane (``in-order-grouping``, see
+:mod:`flamestream.spark.plan.paths`).
 """
 
 from __future__ import annotations
@@ -25,13 +27,11 @@ import struct
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
-from flamestream.graph.logical import LogicalGraph
 from flamestream.graph.steps import Grouping
 from flamestream.model import DataItem, GlobalTime, LocalTime, Meta
 from flamestream.runtime.grouping import GroupingState
 from flamestream.spark.exec.general.items import decode_payload, decode_trace
 from flamestream.spark.exec.general.leaving import Leaving, item_rows
-from flamestream.spark.plan.stages import Stage
 
 _LOCAL = struct.Struct(">QI")
 
@@ -44,15 +44,6 @@ class InOrderGrouping:
         self.key = grouping.key
         self.window = grouping.window
         self.exit_to = exit_to  #: the step the grouping's tuples go to (after the stage)
-
-    @classmethod
-    def of(cls, graph: LogicalGraph, stage: Stage) -> InOrderGrouping | None:
-        """The lane if ``stage`` is its grouping alone (a cycle's stage holds more steps)."""
-        if stage.grouping is None or tuple(stage.steps) != (stage.grouping,):
-            return None
-        grouping = graph.step(stage.grouping)
-        assert isinstance(grouping, Grouping)  # noqa: S101
-        return cls(grouping, graph.consumer(grouping.step_id))
 
     def run(
         self,

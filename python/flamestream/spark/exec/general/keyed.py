@@ -66,6 +66,7 @@ from flamestream.spark.exec.shuffle.blocks import is_blocked, opened
 from flamestream.spark.exec.shuffle.packed import is_packed, unpack
 from flamestream.spark.exec.worker.gc_pause import gc_paused
 from flamestream.spark.exec.worker.worker_setup import setup_worker
+from flamestream.spark.plan.paths import CYCLE, GENERAL, LANE, SUMMED, StagePath, stage_path
 from flamestream.spark.plan.stages import Stage
 
 if TYPE_CHECKING:
@@ -131,6 +132,7 @@ class KeyedRunner:
         loop: LoopSpec | None = None,
         elastic_partitions: int | None = None,
         swaps: SwapReader | None = None,
+        path: StagePath | None = None,
     ) -> None:
         assert stage.grouping is not None  # noqa: S101
         grouping = graph.step(stage.grouping)
@@ -146,12 +148,19 @@ class KeyedRunner:
         self.state_io = state_io(grouping, state_url, checkpoint, elastic_partitions)
         self.checkpoint = checkpoint
         self.latest = latest  #: release="latest": one item per key and destination per batch
+        #: the path the plan decided (``plan.paths``); alone, as it would decide for the stage
+        self.path = (
+            path
+            if path is not None
+            else stage_path(graph, stage, keys=keys, precombine={}, swappable=swaps is not None)
+        )
         #: map_reduce's cycle, whose in-order items skip the per-step deliveries (fastpath)
-        self.cycle = MapReduceCycle.of(graph, stage)
+        self.cycle = MapReduceCycle(self.path.cycle) if self.path.cycle else None
         #: the cycle's in-order batches in Arrow, when its reduce adds up (count)
-        self.summed = SummedCycle.of(self.cycle)
-        #: a grouping fed by merges only: its in-order items skip the deliveries (in_order)
-        self.lane = InOrderGrouping.of(graph, stage) if self.cycle is None else None
+        summed = self.cycle is not None and self.path.kind == SUMMED
+        self.summed = SummedCycle(self.cycle) if summed and self.cycle is not None else None
+        #: a grouping alone: its in-order items skip the deliveries (in_order)
+        self.lane = InOrderGrouping(grouping, self.path.lane.exit_to) if self.path.lane else None
         self.fast = True  #: False: every item the general way (tests compare the two)
         #: set when items coming round the cycle may change key (not map_reduce's cycle)
         self.loop = loop
@@ -269,8 +278,9 @@ class KeyedRunner:
         handlers = self._handlers(state, determinants)
         router = self._router = self._new_router(determinants.get)
         # a swapped step runs the general way: the fast paths compiled the declared steps
-        fast = self.fast and not self._versions
-        if self.summed is not None and fast and router is None and min_time is not None:
+        known = min_time is not None
+        taken = self.path.in_batch(self._versions, min_time=known) if self.fast else GENERAL
+        if self.summed is not None and taken == SUMMED and router is None and min_time is not None:
             ran = self.summed.run(table, state, min_time, self.exits, self.latest)
             if ran is not None:  # the batch ran in Arrow (else it goes the ways below)
                 out, self.handed_payloads = ran
@@ -299,8 +309,8 @@ class KeyedRunner:
                     outputs = handler(current)
                     queue.extend(outputs if router is None else router.route(outputs))
 
-        cycle = self.cycle if fast and router is None else None
-        lane = self.lane if fast and router is None else None
+        cycle = self.cycle if taken in (CYCLE, SUMMED) and router is None else None
+        lane = self.lane if taken == LANE and router is None else None
         latest_rows: list[int] | None = None  # each key's last row, if the batch ran whole
         if cycle is not None:
             if min_time is not None:

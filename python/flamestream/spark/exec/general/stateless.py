@@ -62,6 +62,7 @@ from flamestream.spark.exec.general.items import (
 from flamestream.spark.exec.shuffle.packed import pack
 from flamestream.spark.exec.worker.gc_pause import gc_paused
 from flamestream.spark.exec.worker.worker_setup import setup_worker
+from flamestream.spark.plan.paths import DECLARED_COUNT, RENDERED, StagePath, stage_path
 from flamestream.spark.plan.stages import Stage
 
 if TYPE_CHECKING:
@@ -98,6 +99,7 @@ class StageRunner:
         render: Callable[[Any], str] = render_default,
         precombine: Mapping[str, Callable[[Any, Any], Any]] | None = None,
         swaps: SwapReader | None = None,
+        path: StagePath | None = None,
     ) -> None:
         self.stage = stage
         #: where the batch's function swaps come from (a swappable query's), else None
@@ -110,12 +112,23 @@ class StageRunner:
             for step in self.steps
         }
         self.exits = Exits(graph, keys, render)
+        #: the path the plan decided (``plan.paths``); alone, as it would decide for the stage
+        self.path = (
+            path
+            if path is not None
+            else stage_path(
+                graph,
+                stage,
+                keys=keys,
+                precombine=self.precombine,
+                default_render=render is render_default,
+                swappable=swaps is not None,
+            )
+        )
         #: the stage as Arrow kernels, when it is a declared count of text (see .columnar)
-        self.counted = CountedText.of(graph, stage, self.precombine)
-        if self.counted and self.exits.keys.get(self.counted.dest) is not mapped_key:
-            self.counted = None  # rows for the merge carry map_reduce's keys, or none of this
+        self.counted = CountedText(self.path.count) if self.path.count else None
         #: the stage as Arrow kernels, when it renders a sum's items with a Template
-        self.rendered = RenderedTail.of(graph, stage, default_render=render is render_default)
+        self.rendered = RenderedTail(self.path.render) if self.path.render else None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """``mapInArrow``'s function."""
@@ -133,7 +146,7 @@ class StageRunner:
         """
         self._versions = self.swapped()
         if isinstance(payloads, ReducedColumns):
-            fast = self.rendered if not self._versions else None
+            fast = self.rendered if self.path.in_batch(self._versions) == RENDERED else None
             rendered = fast.run(batch, payloads) if fast else None
             if rendered is not None:
                 return rendered
@@ -143,7 +156,7 @@ class StageRunner:
 
     def packed(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """:meth:`run`'s rows packed (:mod:`.packed`); a counted stage makes them packed."""
-        counted = self.counted if not self.swapped() else None
+        counted = self.counted if self.path.in_batch(self.swapped()) == DECLARED_COUNT else None
         made = counted.packed(batch) if counted is not None else None
         return pack(self.run(batch)) if made is None else made
 
@@ -158,7 +171,8 @@ class StageRunner:
         return self.swaps.versions(batch_id_of_task(), self.steps)
 
     def _run(self, batch: pa.RecordBatch, payloads: list[Any] | None) -> pa.RecordBatch:
-        if self.counted is not None and payloads is None and not self._versions:
+        declared = self.path.in_batch(self._versions) == DECLARED_COUNT
+        if self.counted is not None and payloads is None and declared:
             counted = self.counted.run(batch)
             if counted is not None:
                 return counted
