@@ -2,7 +2,9 @@
 
 Interleaved ``Trigger.AvailableNow`` runs on one generated corpus: ``flamestream`` (the sink's
 default ``release=commit``), ``flamestream_tasks`` (``release=tasks``), ``flamestream_values``
-(``release=tasks``, ``columns=value``: only the value, as the built-in sink writes) and
+(``release=tasks``, ``columns=value``: only the value, as the built-in sink writes),
+``flamestream_graph`` / ``flamestream_graph_values`` (the empty graph's ``write_stream``:
+the fronts send the sink their rows in blocks; every column / ``columns=value``) and
 ``builtin``; all outputs must hold the same rows. See docs/benchmarks.md. Prints one JSON object::
 
     python -m benchmarks.spark_passthrough [--lines N] [--files F] [--repeat R]
@@ -20,7 +22,7 @@ from typing import Any
 from benchmarks.lib import cli
 from benchmarks.lib.record import machine
 from benchmarks.lib.timing import TIMING_NOTE, Rounds, Run, run_cases, timings
-from benchmarks.lib.workloads import Corpus, files_sink
+from benchmarks.lib.workloads import Corpus, files_options, files_sink
 
 #: The flamestream output's columns (the built-in one has only ``value``).
 FLAMESTREAM_SCHEMA = "ts long, front int, source string, position long, value string"
@@ -43,11 +45,13 @@ class Passthrough:
         self.written: dict[str, set[tuple[int, int]]] = {}
 
     def cases(self) -> dict[str, Callable[[Path, Path], Any]]:
-        """The four cases, each a ``define(out, checkpoint)``."""
+        """The cases, each a ``define(out, checkpoint)``."""
         return {
             "flamestream": partial(self.flamestream, "commit", "all"),
             "flamestream_tasks": partial(self.flamestream, "tasks", "all"),
             "flamestream_values": partial(self.flamestream, "tasks", "value"),
+            "flamestream_graph": partial(self.graph, "all"),
+            "flamestream_graph_values": partial(self.graph, "value"),
             "builtin": self.builtin,
         }
 
@@ -55,6 +59,19 @@ class Passthrough:
         """Files front -> files sink, writing ``columns`` (docs/connectors.md)."""
         sink = files_sink(self.corpus.front(self.spark), out, ck, self.format, release)
         return sink.option("columns", columns).trigger(availableNow=True)
+
+    def graph(self, columns: str, out: Path, ck: Path) -> Any:
+        """The empty graph's ``write_stream`` (rows in blocks), ``release=tasks``, ``columns``."""
+        from flamestream import Dataflow
+        from flamestream.spark import SparkGraph
+
+        flow = Dataflow("passthrough")
+        flow.sink("out", flow.source("lines"))
+        writer = SparkGraph(flow).write_stream(
+            self.corpus.reader(self.spark), checkpoint_location=str(ck)
+        )
+        writer = files_options(writer, out, self.format, "tasks").option("columns", columns)
+        return writer.trigger(availableNow=True)
 
     def builtin(self, out: Path, ck: Path) -> Any:
         """Spark's text source -> Spark's file sink."""
@@ -68,7 +85,7 @@ class Passthrough:
 
         reader = self.spark.read.format(self.format)
         if self.format == "json":
-            only_value = case in ("builtin", "flamestream_values")
+            only_value = case in ("builtin", "flamestream_values", "flamestream_graph_values")
             reader = reader.schema("value string" if only_value else FLAMESTREAM_SCHEMA)
         value = F.crc32(F.col("value").cast("binary"))
         row = reader.load(str(out)).agg(F.count(F.lit(1)), F.sum(value)).first()
@@ -118,6 +135,8 @@ NOTES = [
     "flamestream / flamestream_tasks: front 'files' -> sink 'files', release=commit (one "
     "sorted file per batch, from the driver) / tasks (each task its own sorted part), 5 "
     "columns; flamestream_values: release=tasks with columns=value (1 column, the value); "
+    "flamestream_graph(_values): SparkGraph(source -> sink).write_stream, release=tasks, "
+    "the rows in blocks from the fronts' reads to the sink's tasks (all columns / value); "
     "builtin: spark.readStream.text -> the built-in file sink, 1 column (value). "
     "See docs/benchmarks.md, 'Files passthrough'.",
     "check: every output read back with spark.read must hold the input's row count and the "

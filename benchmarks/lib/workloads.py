@@ -59,10 +59,14 @@ class Corpus:
 
     def front(self, spark: Any) -> Any:
         """The flamestream files front over the corpus (``maxRecordsPerTrigger`` per batch)."""
+        return self.reader(spark).load()
+
+    def reader(self, spark: Any) -> Any:
+        """:meth:`front`'s reader, not loaded (for ``SparkGraph.write_stream``)."""
         reader = spark.readStream.format("flamestream").option("front", "files")
         if self.batches > 1:
             reader = reader.option("maxRecordsPerTrigger", -(-self.lines // self.batches))
-        return reader.option("path", str(self.folder)).load()
+        return reader.option("path", str(self.folder))
 
     def text(self, spark: Any) -> Any:
         """Spark's file source over the corpus (``maxFilesPerTrigger`` per batch)."""

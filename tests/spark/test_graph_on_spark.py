@@ -62,6 +62,13 @@ def word_count() -> Dataflow:
     return flow
 
 
+def passthrough() -> Dataflow:
+    """The empty graph: the source straight to the sink, the payloads only rendered."""
+    flow = Dataflow("passthrough")
+    flow.sink("out", flow.source("lines"))
+    return flow
+
+
 def window3() -> Dataflow:
     """A grouping with window 3 and no cycle, keyed by a word's first letter."""
     flow = Dataflow("window3")
@@ -93,6 +100,7 @@ GRAPHS: dict[str, Callable[[], Dataflow]] = {
     "diamond": diamond,
     "wordcount": word_count,
     "window3": window3,
+    "passthrough": passthrough,
     "inverted-index": inverted_index,
 }
 
@@ -313,6 +321,40 @@ def test_write_stream_runs_the_keyed_stage_in_the_sink(
         )
     assert outs["write_stream"] == outs["apply"] and len(outs["apply"]) > 10
     assert graph.plan.passes(front=True, sink=True) == 0
+
+
+@pytest.mark.parametrize("release", ["commit", "tasks"])
+def test_the_empty_graph_sends_the_sink_blocks_of_rendered_rows(
+    spark: SparkSession, lines_dir: Path, tmp_path: Path, release: str
+):
+    """Source straight to sink through write_stream: the fronts render the rows and send them
+    in blocks, the sink opens them, and it writes what the front's rows written directly
+    and apply's rows (rendered in one pass over a loaded DataFrame) hold."""
+    render = str.upper
+    graph = SparkGraph(passthrough(), render=render)
+    assert "path passthrough" in graph.describe() and graph.plan.passthrough
+    assert graph.plan.passes(front=True, sink=True) == 0 and graph.plan.passes() == 1
+    reader = front_reader(spark, lines_dir, stream=True, limit=4)
+    assert graph._front_rows(reader, "value", to_sink=True)[0].columns == ["to", "key", "block"]
+    ways = {}
+    for way in ("write_stream", "apply", "direct"):
+        checkpoint = str(tmp_path / way / "ck")
+        if way == "write_stream":
+            writer = graph.write_stream(reader, checkpoint_location=checkpoint)
+        else:
+            rows = reader.load()
+            if way == "apply":
+                rows = graph.apply(rows, checkpoint_location=checkpoint)
+            writer = rows.writeStream.format("flamestream").option("checkpointLocation", checkpoint)
+        run_writer(writer, tmp_path / way / "out", release=release)
+        ways[way] = read_rows(tmp_path / way / "out")
+    meta = [(r.ts, r.front, r.source, r.position) for r in ways["direct"]]
+    assert len(meta) == sum(len(lines) for lines in TEXT.values())
+    for way in ("write_stream", "apply"):
+        rows = ways[way]
+        assert [(r.ts, r.front, r.source, r.position) for r in rows] == meta
+        assert [r.value for r in rows] == [render(r.value) for r in ways["direct"]]
+        assert {(r.sink, r.trace, r.flags) for r in rows} == {("out", "", 0)}
 
 
 def test_graph_output_goes_through_the_barrier_sink_in_meta_order(

@@ -58,8 +58,16 @@ def nothing_kept() -> Dataflow:
     return flow
 
 
+def passthrough() -> Dataflow:
+    """The empty graph: write_stream's fronts send the sink their rows in blocks."""
+    flow = Dataflow("passthrough")
+    flow.sink("out", flow.source("lines"))
+    return flow
+
+
 CASES = {
     "every-update-blocks": (word_count, "every"),
+    "passthrough-blocks": (passthrough, "every"),
     "latest-combined-blocks": (word_count, "latest"),
     "nothing-sent": (nothing_kept, "every"),
 }
@@ -82,7 +90,7 @@ def test_a_fused_querys_progress_counts_records(spark: SparkSession, tmp_path: P
     listener = Recorder()
     spark.streams.addListener(listener)
     try:
-        if graph.keyed:
+        if graph.keyed or graph.plan.passthrough:
             query = run_writer(graph.write_stream(reader, checkpoint_location=checkpoint), tmp_path)
         else:
             rows = graph.apply(reader, checkpoint_location=checkpoint)

@@ -51,6 +51,7 @@ from flamestream.spark.exec.general.items import (
 )
 from flamestream.spark.exec.general.keyed import KeyedRunner
 from flamestream.spark.exec.general.partitioning import KEY_PARTITION, SALT_PREFIX, salts
+from flamestream.spark.exec.general.passthrough import OpenedBlocks, PassthroughFront, RenderPass
 from flamestream.spark.exec.general.routing import LoopSpec, LoopWriter, Router
 from flamestream.spark.exec.general.shipping import OPTION as STAGE_OPTION
 from flamestream.spark.exec.general.shipping import ship
@@ -223,8 +224,10 @@ class SparkGraph:
         """Plan and wire one application: the result rows, and the sink's task if it runs one."""
         budget_from = checkpoint_location if self.budgets is not None else None
         swaps = SwapReader(checkpoint_location) if self.swappable and checkpoint_location else None
-        rows, in_front = self._front_rows(df, payload, budget_from, swaps)
+        rows, in_front = self._front_rows(df, payload, budget_from, swaps, to_sink=sink_runs)
         plan = self._query_plan(rows, checkpoint_location)
+        if self.plan.passthrough:
+            return self._passthrough(rows, payload, in_front=in_front)
         in_sink = self.plan.in_sink if sink_runs and plan.state_url is not None else None
         if in_front:  # the fronts ran the first stage (or the keying): their rows are items
             wiring = _Wiring(self, plan, rows, in_front=self.plan.in_front, in_sink=in_sink)
@@ -309,11 +312,15 @@ class SparkGraph:
         payload: str,
         budget_from: str | None = None,
         swaps: SwapReader | None = None,
+        *,
+        to_sink: bool = False,
     ) -> tuple[DataFrame, bool]:
         """The input as a DataFrame; True when fronts' readers ran :attr:`plan.in_front`.
 
-        ``budget_from``: the checkpoint whose budget policy sets the fronts' read limit;
-        ``swaps``: the query's function swaps, which the fronts' first stage obeys.
+        (Or, for the empty graph, the render: :attr:`plan.passthrough`.) ``budget_from``:
+        the checkpoint whose budget policy sets the fronts' read limit; ``swaps``: the query's
+        function swaps, which the fronts' first stage obeys; ``to_sink``: the rows go to the
+        flamestream sink (``write_stream``), which can open blocks.
         """
         readers: list[Any] = list(df) if isinstance(df, list | tuple) else [df]
         if not readers or any(not _is_reader(r) for r in readers):
@@ -326,7 +333,10 @@ class SparkGraph:
                 "pass spark.readStream.format('flamestream').option(...) (or .load() it)",
             )
         option = ""
-        if self.plan.in_front is not None:
+        if self.plan.passthrough:
+            session = self._session(getattr(readers[0], "_spark", None))
+            option = self._passthrough_front(payload, to_sink and arrow_batches_bounded(session))
+        elif self.plan.in_front is not None:
             session = self._session(getattr(readers[0], "_spark", None))
             # blocks need the key partitions, and Arrow batches Spark keeps small (else rows)
             bounded = arrow_batches_bounded(session)
@@ -357,6 +367,29 @@ class SparkGraph:
         packs = self.plan.packed_into() is not None
         blocks = partitions if self.plan.blocked_into() is not None else 0
         return FrontStage(runner, self.graph.consumer(self.source), payload, packs, blocks)
+
+    def _passthrough_front(self, payload: str, blocks: bool) -> str:
+        """The empty graph's fronts' work, as their option: render, and send ``blocks``."""
+        render = None if self.render is render_default else self.render
+        sink = self.graph.consumer(self.source)
+        return PassthroughFront(sink, payload, render, in_blocks=blocks).encode()
+
+    def _passthrough(
+        self, rows: DataFrame, payload: str, *, in_front: bool
+    ) -> tuple[DataFrame, Any]:
+        """The empty graph's released rows (or blocks of them, and the sink's task to open them).
+
+        ``in_front``: the fronts rendered the rows (:meth:`_passthrough_front`); else one
+        ``mapInArrow`` pass renders the loaded DataFrame's.
+        """
+        if in_front and "block" in rows.columns:
+            return rows, OpenedBlocks()
+        items = rows
+        if not in_front:
+            render = None if self.render is render_default else self.render
+            runner = _named(RenderPass(render), "flamestream_render")
+            items = self._items(rows, payload).mapInArrow(runner, ITEM_DDL)
+        return items.withColumnRenamed("to", "sink").select(*OUTPUT_COLUMNS), None
 
     def _key_partitions(self, session: Any) -> int:
         """The key partitions of the keyed stages: ``partitions=``, else the session's."""

@@ -79,6 +79,16 @@ class ExecutionPlan:
         """The path ``stage``'s runner takes (the general one for a stage the plan lacks)."""
         return self.paths.get(stage.index, GENERAL_PATH) if stage.steps else GENERAL_PATH
 
+    @property
+    def passthrough(self) -> bool:
+        """Whether the source feeds a sink directly: no stage, the rows need only rendering.
+
+        Given readers, the fronts render them in their reads (and, for ``write_stream``, send
+        them to the sink in blocks); a loaded DataFrame's rows get one render pass
+        (:mod:`flamestream.spark.exec.general.passthrough`).
+        """
+        return isinstance(self.graph.step(self.graph.consumer(self.source)), Sink)
+
     def tails(self, stage: Stage) -> tuple[Stage, ...]:
         """The stateless stages that run in ``stage``'s tasks, after it, in stage order."""
         return tuple(s for s in self.stages if self.hosts.get(s.index) == stage.index)
@@ -90,6 +100,8 @@ class ExecutionPlan:
         them directly; ``front=True``: when the fronts run :attr:`in_front` in their reads;
         ``sink=True``: when the sink's write tasks run :attr:`in_sink`.
         """
+        if self.passthrough:  # the render: in the fronts' reads, or a pass of its own
+            return 0 if front else 1
         keyed_source = self.graph.consumer(self.source) in self.keys
         passes = len(self.stages) - len(self.hosts) + keyed_source
         passes -= front and self.in_front is not None
@@ -194,6 +206,11 @@ class ExecutionPlan:
         count = len(self.stages)
         lines = [f"graph {self.graph.name}: {count} stage{'s' * (count != 1)}, fusion {mode}"]
         lines.append(f"  source {self.source} -> {self.where(self.graph.consumer(self.source))}")
+        if self.passthrough:
+            lines.append(
+                "  path passthrough: fronts given as readers render the rows in their reads "
+                "(write_stream: and send them to the sink in blocks); loaded, one render pass"
+            )
         if self.in_front:
             lines.append(f"  fronts given as readers: stage {self.in_front} runs in their reads")
         elif self.in_front == 0:

@@ -81,9 +81,36 @@ def blocked(rows: pa.RecordBatch, partitions: int) -> pa.RecordBatch:
         for piece in _pieces(grouped.slice(start, end - start)):
             to.append(destinations.dictionary[group // partitions].as_py())
             key.append(keys[group % partitions])
-            pieces.append(piece)
+            pieces.append([piece])
     return pa.RecordBatch.from_arrays(
         [pa.array(to, pa.string()), pa.array(key, pa.binary()), _streams(pieces)],
+        schema=BLOCK_SCHEMA,
+    )
+
+
+def in_blocks(rows: list[pa.RecordBatch], to: str) -> pa.RecordBatch:
+    """Batches of item rows (one schema) for ``to`` as block rows that no shuffle moves.
+
+    One block holds them all, in order (more blocks when they take more than
+    :data:`BLOCK_BYTES`); the key is empty. The empty graph's fronts send their rows to the
+    sink so (:mod:`flamestream.spark.exec.general.passthrough`).
+    """
+    groups: list[list[pa.RecordBatch]] = [[]]
+    size = 0
+    for batch in rows:
+        for piece in _pieces(batch):
+            if groups[-1] and size + piece.nbytes > BLOCK_BYTES:
+                groups.append([])
+                size = 0
+            groups[-1].append(piece)
+            size += piece.nbytes
+    n = len(groups)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.repeat(pa.scalar(to, pa.string()), n),
+            pa.repeat(pa.scalar(b"", pa.binary()), n),
+            _streams(groups),
+        ],
         schema=BLOCK_SCHEMA,
     )
 
@@ -111,8 +138,8 @@ def _pieces(rows: pa.RecordBatch) -> list[pa.RecordBatch]:
 _MOST_BYTES = 2**31 - 1
 
 
-def _streams(pieces: list[pa.RecordBatch]) -> pa.Array:
-    """Each piece as an Arrow IPC stream: a binary array, the streams written in place.
+def _streams(pieces: list[list[pa.RecordBatch]]) -> pa.Array:
+    """Each piece (batches of one schema) as an IPC stream: a binary array, written in place.
 
     Each stream's size is found first (a mock stream counts the bytes, it copies none), then
     all are written into one buffer that becomes the array's data. Written into a growing
@@ -133,10 +160,11 @@ def _streams(pieces: list[pa.RecordBatch]) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(), len(pieces), [None, bounds, data])
 
 
-def _stream(out: Any, rows: pa.RecordBatch) -> int:
-    """Write ``rows`` to ``out`` as an Arrow IPC stream; the bytes it took."""
+def _stream(out: Any, rows: list[pa.RecordBatch]) -> int:
+    """Write ``rows`` (at least one batch) to ``out`` as an Arrow IPC stream; the bytes it took."""
     start = out.tell()
-    with pa.ipc.new_stream(out, rows.schema) as writer:
-        writer.write_batch(rows)
+    with pa.ipc.new_stream(out, rows[0].schema) as writer:
+        for batch in rows:
+            writer.write_batch(batch)
     size: int = out.tell() - start
     return size
