@@ -127,3 +127,31 @@ def test_killed_word_count_writing_value_and_time_releases_the_same_rows(
     args = [*job_args(tmp_path), "columns=value,time"]
     run_chain(JOB, args, ["sink.commit.released:1"], check)
     assert outputs(tmp_path) == expected
+
+
+PASSTHROUGH = ["sink.write:1", "sink.commit.released:2"]
+
+
+def test_killed_passthrough_recovers_to_exactly_the_unbroken_output(
+    spark: SparkSession, tmp_path: Path
+):
+    """The empty graph's blocks, each task releasing its own parts: killed in a write task and
+    after a release, the restarted query's files are the unbroken run's, byte for byte, and
+    hold every input line once."""
+    assert reachable_in_turn(PASSTHROUGH)
+    work = tmp_path / "unbroken"
+    make_input(work / "in")
+    start = graph_crash_job.start
+    run_unbroken(lambda s: start(s, *job_args(work), empty=True), spark)
+    unbroken = outputs(work)
+    rows = [json.loads(x) for x in b"".join(unbroken.values()).splitlines()]
+    lines = [
+        line
+        for name in ("a.txt", "b.txt")
+        for line in (work / "in" / name).read_text().splitlines()
+    ]
+    assert sorted(r["value"] for r in rows) == sorted(lines) and len(unbroken) >= 2
+    make_input(tmp_path / "in")
+    check = released_so_far_is(unbroken, lambda: outputs(tmp_path))
+    run_chain(JOB, [*job_args(tmp_path), "passthrough"], PASSTHROUGH, check)
+    assert outputs(tmp_path) == unbroken
