@@ -263,6 +263,8 @@ class StageRunner:
                 out.payloads, out.flags = items.payloads, items.flags
                 copies.append(out)
             return copies
+        if isinstance(step, FlatMap):  # appends a child index per output: its own table
+            return [self._flat_mapped(step, items, batch)]
         # map, merge and filter append (0, 0) to every item's suffix: to the table's
         out = Items(ordered=items.ordered, table=items.extended(_STATELESS_LOCAL))
         if isinstance(step, Merge):
@@ -293,8 +295,6 @@ class StageRunner:
                 out.sids.append(items.sids[k])
                 out.flags.append(flag)
             return [out]
-        if isinstance(step, FlatMap):
-            return [self._flat_mapped(step, items, batch)]
         msg = f"step {step.step_id!r}: {step.kind} cannot run in a stateless stage"
         raise GraphError(step.step_id, "a stateless step", step.kind, msg)
 
