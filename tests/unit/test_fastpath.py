@@ -254,20 +254,23 @@ def test_fast_path_equals_the_general_path(data, reducer, latest):
     assert (fast.summed is not None) == (reducer == "count")
     counted(fast.cycle)
     counted_summed(fast)
-    both_paths_alike(script, reducer, latest, fast, lambda: data.draw(st.booleans()))
+    general = runner(reducer, latest=latest, fast=False)
+    both_paths_alike(script, fast, general, lambda: data.draw(st.booleans()))
 
 
 def both_paths_alike(
-    script: list[tuple[list[Event], GlobalTime | None]],
-    reducer: str,
-    latest: bool,
+    script: list[tuple[list[Any], GlobalTime | None]],
     fast: KeyedRunner,
+    general: KeyedRunner,
     unpacked: Callable[[], bool],
+    rows_of: Callable[[list[Any]], pa.Table] | None = None,
 ) -> None:
-    """Run ``script`` through ``fast`` and the general path: after every batch (and its GC),
-    the leaving rows and the grouping states are equal. ``unpacked()``: whether the fast
-    path gets a batch's rows as ``packed.unpack`` gives them."""
-    general = runner(reducer, latest=latest, fast=False)
+    """Run ``script`` through ``fast`` and ``general`` (the same stage, the general path):
+    after every batch (and its GC), the leaving rows and the grouping states are equal, and
+    again after both states are snapshotted and restored. ``unpacked()``: whether the fast
+    path gets a batch's rows as ``packed.unpack`` gives them; ``rows_of``: a batch's events
+    as item rows (default: :func:`table`)."""
+    rows_of = rows_of or table
     g = fast.grouping
     states = [GroupingState(g.step_id, g.window, g.key) for _ in range(2)]
     min_time = GlobalTime(-1, 0)
@@ -276,7 +279,7 @@ def both_paths_alike(
         if collect:
             min_time = gc_at
         if events:  # as a keyed task runs a batch: the rows, then GC below the min-time
-            rows = table(events)
+            rows = rows_of(events)
             fast_rows = as_unpacked(rows) if unpacked() else rows
             got = fast._run(fast_rows, states[0], min_time if collect else None)
             want = general._run(rows, states[1], min_time if collect else None)
@@ -285,12 +288,7 @@ def both_paths_alike(
             for state in states:
                 state.collect_garbage(min_time)
         assert view(states[0]) == view(states[1])
-        restored = []
-        for state in states:  # as the next batch's task finds it
-            again = GroupingState(g.step_id, g.window, g.key)
-            again.restore(state.snapshot())
-            restored.append(again)
-        states = restored
+        states = [restored(state) for state in states]  # as the next batch's task finds it
 
 
 def _one(ts: int, front: int, key: str) -> Event:
@@ -321,7 +319,7 @@ def test_a_batch_below_the_min_time_leaves_the_index_as_the_general_path(reducer
         return latest_rows
 
     fast.cycle.run_in_order = recording  # type: ignore[method-assign]
-    both_paths_alike(script, reducer, latest, fast, lambda: False)
+    both_paths_alike(script, fast, runner(reducer, latest=latest, fast=False), lambda: False)
     assert whole == [True]  # the last batch ran whole, without indexing its time
 
 
