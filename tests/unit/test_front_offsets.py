@@ -29,7 +29,12 @@ from flamestream.spark.connector.offsets import (
     packed_ranges,
 )
 from flamestream.spark.connector.options import OptionReader
-from flamestream.spark.connector.stamping import clamp_times, json_field_times
+from flamestream.spark.connector.stamping import (
+    _each_line_times,
+    _parsed_int_times,
+    clamp_times,
+    json_field_times,
+)
 
 
 class ListSource(FrontSource):
@@ -339,6 +344,46 @@ def test_json_field_times_name_the_bad_record():
         one = pa.record_batch({"position": [0], "value": [bad]})
         with pytest.raises(RecordError):
             json_field_times("front files", "f.txt", "t", one)
+
+
+#: Lines a files front may hold: JSON objects with the time field or without it, times of
+#: every kind, duplicate keys, nesting, blank lines, two objects in a line, no JSON at all.
+time_values = st.one_of(
+    st.integers(-(2**63), 2**63 - 1),
+    st.integers(-10, 10**6),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=3),
+)
+json_lines = st.one_of(
+    st.builds(lambda t, k: json.dumps({"key": k, "t": t}), time_values, st.text(max_size=4)),
+    st.builds(lambda t: json.dumps({"t": t, "x": {"t": 1, "y": [1, 2]}}), time_values),
+    st.builds(lambda t: f'{{"t": {t}, "t": 5}}', st.integers(0, 9)),
+    st.builds(lambda t: f'  {{"t":{t}}}\t', st.integers(0, 10**9)),
+    st.builds(lambda t: f'{{"t": {t}}} {{"t": 1}}', st.integers(0, 9)),
+    st.sampled_from(["", "   ", "[1]", "5", "not json", '{"u": 1}', '{"t": 1e3}', '{"t": -0}']),
+)
+
+
+@given(st.lists(json_lines, min_size=1, max_size=12), st.integers(0, 3))
+def test_json_field_times_read_by_arrow_are_the_line_by_line_times(lines: list[str], cut: int):
+    """Whichever lines a batch holds (and a batch may be a slice), the times are the
+    line-by-line parse's, and a batch it fails on fails alike; Arrow takes plain int times."""
+    batch = pa.record_batch(
+        {"position": pa.array(range(len(lines)), pa.int64()), "value": lines}
+    ).slice(min(cut, len(lines) - 1))
+    try:
+        want = _each_line_times("front files", "f.txt", "t", batch).to_pylist()
+    except RecordError:
+        with pytest.raises(RecordError):
+            json_field_times("front files", "f.txt", "t", batch)
+        assert _parsed_int_times("t", batch.column("value")) is None
+        return
+    assert json_field_times("front files", "f.txt", "t", batch).to_pylist() == want
+    plain = [json.dumps({"t": t}) for t in want]
+    taken = _parsed_int_times("t", pa.array(plain))
+    assert taken is not None and taken.to_pylist() == want
 
 
 def test_a_record_time_batch_cannot_be_replayed_without_record_times():
