@@ -18,6 +18,7 @@ from __future__ import annotations
 import pickle
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
+from itertools import compress
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -282,6 +283,14 @@ class StageRunner:
         if isinstance(step, Filter):
             predicate = step.predicate
             keep = self._call(step, items, batch, lambda p: bool(predicate(p)))
+            if not any(items.flags):  # no replays nor tombstones: the kept items, in C
+                out.rows, out.sids = (
+                    list(compress(items.rows, keep)),
+                    list(compress(items.sids, keep)),
+                )
+                out.payloads = list(compress(items.payloads, keep))
+                out.flags = [0] * len(out.rows)
+                return [out]
             for k, kept in enumerate(keep):
                 flag = items.flags[k]
                 if kept:
