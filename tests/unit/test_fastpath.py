@@ -201,8 +201,10 @@ SUMMED_BATCHES: list[bool] = []
 
 def as_unpacked(rows: pa.Table) -> pa.Table:
     """``rows`` with their payloads and sources dictionary-encoded, as ``packed.unpack`` gives
-    them (its dictionaries are the packed rows' values: without nulls, perhaps repeated)."""
-    for name in DICTIONARY_ENCODED:
+    them (its dictionaries are the packed rows' values: without nulls, perhaps repeated),
+    and their traces too, as a keyed task's sort gives them (``sorted_by_meta``'s
+    ``coded_traces``: there a dictionary of distinct values; here each value twice)."""
+    for name in (*DICTIONARY_ENCODED, "trace"):
         values = rows.column(name).combine_chunks()
         if values.null_count:
             continue
@@ -598,24 +600,62 @@ def test_templates_render_sums_in_arrow_as_python_does(script, template, latest)
         rendered_task(template, fast=True, declared=True, latest=latest),
         rendered_task(template, fast=False, declared=True, latest=latest),
         rendered_task(template, fast=False, declared=False, latest=latest),
+        rendered_task(template, fast=True, declared=True, latest=latest),
     ]
+    # the last one's rows go to a sink writing values only (BarrierWriter tells the stage)
+    tasks[-1].keep_only(VALUE_KEPT)
     g = tasks[0].keyed.grouping
     states = [GroupingState(g.step_id, g.window, g.key) for _ in tasks]
     for number, events in enumerate(script):
         min_time = GlobalTime(10 * number + 5, 0)
-        outputs = []
-        for task, state in zip(tasks, states, strict=True):
-            try:
-                rows = task.keyed._run(table(events), state, min_time)
-            except InvariantError as error:  # an item sent twice: broken on every path
-                outputs.append(str(error))
-                continue
-            handed = task.keyed.handed_payloads
-            outputs.append([b.to_pylist() for b in task.through_tails(rows, handed)])
-            state.collect_garbage(min_time)
+        ran = zip(tasks, states, strict=True)
+        outputs = [task_rows(task, events, state, min_time) for task, state in ran]
         assert outputs[0] == outputs[1] == outputs[2]
         if isinstance(outputs[0], str):
+            assert outputs[3] == outputs[0]
             return
+        assert kept_of(outputs[3]) == kept_of(outputs[0])  # what the sink keeps: the same
+        for state in states:
+            state.collect_garbage(min_time)
+
+
+#: What a write task keeps of the released rows of a sink with ``columns=value``.
+VALUE_KEPT = ("ts", "front", "trace", "flags", "sink", "value")
+
+
+def task_rows(task: Any, events: list[Event], state: GroupingState, at: GlobalTime) -> Any:
+    """The rows ``task`` (a keyed stage and its tails) sends its sink for ``events``, or the
+    invariant it finds broken."""
+    try:
+        rows = task.keyed._run(table(events), state, at)
+    except InvariantError as error:  # an item sent twice: broken on every path
+        return str(error)
+    return [b.to_pylist() for b in task.through_tails(rows, task.keyed.handed_payloads)]
+
+
+def kept_of(batches: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The columns of ``VALUE_KEPT`` of every row (``to`` is the released rows' ``sink``)."""
+    names = [("to" if name == "sink" else name) for name in VALUE_KEPT]
+    return [{name: row[name] for name in names} for rows in batches for row in rows]
+
+
+def test_a_sink_writing_values_only_spares_the_determinants():
+    """With ``columns=value`` (``keep_only``) the rows rendered in Arrow carry no determinant
+    (the sink drops it); with every column kept they do, as the general path makes them."""
+    events = [(1, 0, 0, 0, "a", Mapped("a", 1)), (2, 0, 0, 0, "a", Mapped("a", 1))]
+    made = {}
+    for kept in (None, VALUE_KEPT):
+        task = rendered_task("{key}={value}", fast=True, declared=True, latest=False)
+        if kept is not None:
+            task.keep_only(kept)
+        g = task.keyed.grouping
+        state = GroupingState(g.step_id, g.window, g.key)
+        (rows,) = task_rows(task, events, state, GlobalTime(5, 0))
+        made[kept] = rows
+    assert [r["value"] for r in made[VALUE_KEPT]] == ["a=1", "a=2"]
+    assert kept_of([made[VALUE_KEPT]]) == kept_of([made[None]])
+    assert {(r["source"], r["position"]) for r in made[VALUE_KEPT]} == {(None, None)}
+    assert None not in {r["position"] for r in made[None]}
 
 
 def test_the_plain_templates_mostly_render_in_arrow():

@@ -200,7 +200,7 @@ def decode_payload(data: bytes | None) -> Any:
     return pickle.loads(data[1:])  # noqa: S301  (our own stages wrote it)
 
 
-def sorted_by_meta(table: pa.Table) -> pa.Table:
+def sorted_by_meta(table: pa.Table, coded_traces: bool = False) -> pa.Table:
     """``table``'s rows sorted by meta: ``(ts, front)``, then ``trace`` as bytes if present.
 
     What the stable ``table.sort_by`` on those columns gives, for less: rows already in
@@ -210,6 +210,11 @@ def sorted_by_meta(table: pa.Table) -> pa.Table:
     packed into one integer where they fit, sorted 16 bits at a time (``stable_order``;
     3 M rows: 0.32 -> 0.16 s and less); and a column holding one value (a stage's target,
     say) is not moved.
+
+    ``coded_traces``: a sorted trace column comes dictionary-encoded (the same values): its
+    indices move instead of every trace's bytes, for a reader that copies the traces anyway
+    (a keyed stage's: ``values_of`` and :mod:`.summed` read either; 1.75 M rows of 24-byte
+    traces: 0.11 -> 0.01 s).
     """
     names = [name for name in ("ts", "front", "trace") if name in table.column_names]
     columns = [table.column(name).combine_chunks() for name in names]
@@ -217,6 +222,7 @@ def sorted_by_meta(table: pa.Table) -> pa.Table:
         return table.sort_by([(name, "ascending") for name in names])
     if ascending(columns):
         return table
+    traces = None
     if len(columns) == 3:
         traces = pc.dictionary_encode(columns[2])
         ranks = pc.rank(traces.dictionary, "ascending")  # distinct values: no ties
@@ -225,8 +231,17 @@ def sorted_by_meta(table: pa.Table) -> pa.Table:
     if order is None:
         keys = pa.table({str(nth): column for nth, column in enumerate(columns)})
         order = pc.sort_indices(keys, [(str(nth), "ascending") for nth in range(len(columns))])
-    moved = {name: _taken(table.column(name), order) for name in table.column_names}
-    return pa.table(moved, schema=table.schema)
+    if not coded_traces or traces is None:
+        moved = {name: _taken(table.column(name), order) for name in table.column_names}
+        return pa.table(moved, schema=table.schema)
+    coded = pa.DictionaryArray.from_arrays(traces.indices.take(order), traces.dictionary)
+    columns = [
+        coded if name == "trace" else _taken(table.column(name), order)
+        for name in table.column_names
+    ]
+    at = table.schema.get_field_index("trace")
+    schema = table.schema.set(at, table.schema.field(at).with_type(coded.type))
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def _packed_order(columns: list[pa.Array]) -> pa.Array | None:

@@ -23,7 +23,7 @@ batch id and the state lives for the task only.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
@@ -173,6 +173,14 @@ class KeyedRunner:
         self.swaps = swaps
         self._versions: dict[str, Versions] = {}  # the current task's swapped steps
 
+    def keep_only(self, columns: Collection[str]) -> None:
+        """The stage's rows are read for ``columns`` of the released rows only (its sink's).
+
+        A sink that writes no determinant (``columns=value``) does not need one made per
+        row: see ``Exits.determinants``.
+        """
+        self.exits.determinants = bool({"source", "position"} & set(columns))
+
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """All of the partition's rows, in meta order, then the rows leaving the stage.
 
@@ -221,7 +229,9 @@ class KeyedRunner:
         # 4. deliver (the rows as shuffled are dropped once sorted: a batch may be big; a
         # column of theirs would keep their whole Arrow message, so keys are copied)
         keys = [pa.concat_arrays([t.column("key") for t in tables])] if io.counts_keys else []
-        table = sorted_by_meta(pa.Table.from_batches(tables).select(_INPUT_COLUMNS))
+        table = sorted_by_meta(
+            pa.Table.from_batches(tables).select(_INPUT_COLUMNS), coded_traces=True
+        )
         del tables
         for output in self._runs(table, state, min_time):
             if output.num_rows:
