@@ -387,36 +387,40 @@ class _Traces:
         lengths: np.ndarray = pc.binary_length(self.values).to_numpy()
         return lengths if self.codes is None else lengths[self.codes]
 
-    def extended(self, rows: np.ndarray | None, suffixes: np.ndarray) -> pa.Array:
-        """``extended_traces`` of the traces of ``rows`` (None: all) with ``suffixes``."""
+    def index(self, rows: np.ndarray | None) -> np.ndarray | None:
+        """Where in ``values`` the traces of ``rows`` (None: all) are; None: all, in order."""
         if self.codes is None:
-            return extended_traces(self.values if rows is None else self.take(rows), suffixes)
-        codes = self.codes if rows is None else self.codes[rows]
-        made = _gathered_traces(self.values, codes, suffixes)
-        if made is None:  # traces of several lengths
-            made = extended_traces(self.values.take(pa.array(codes)), suffixes)
-        return made
+            return rows
+        return self.codes if rows is None else self.codes[rows]
 
 
-def _gathered_traces(values: pa.Array, codes: np.ndarray, suffixes: np.ndarray) -> pa.Array | None:
-    """``values[codes]``, each with its row of ``suffixes``; None unless all are as long.
+def _merged_traces(
+    values: pa.Array, index: np.ndarray | None, clocks: np.ndarray, tail: bytes
+) -> pa.Array | None:
+    """``values[index]`` (None: ``values``) through the merge (``_through_the_merge``).
 
-    Each row is copied as one opaque (void) value, as ``extended_traces`` does.
+    Written in one pass, each trace copied as one opaque (void) value, as
+    ``extended_traces`` does; None unless the traces are all as long.
     """
     offsets = np.frombuffer(values.buffers()[1], np.int32, len(values) + 1, values.offset * 4)
     lengths = np.diff(offsets)
-    width = suffixes.shape[1]
-    if not len(values) or values.null_count or not lengths[0] or not width:
+    if not len(values) or values.null_count or not lengths[0] or not tail:
         return None
     if (lengths != lengths[0]).any():
         return None
-    length, rows = int(lengths[0]), len(codes)
+    length, rows = int(lengths[0]), len(clocks)
     data = np.frombuffer(values.buffers()[2], np.uint8, len(values) * length, int(offsets[0]))
-    out = np.empty(rows * (length + width), np.uint8)
-    halves = out.view(np.dtype([("trace", f"V{length}"), ("suffix", f"V{width}")]))
-    halves["trace"] = data.view(f"V{length}")[codes]
-    halves["suffix"] = np.ascontiguousarray(suffixes).view(f"V{width}").reshape(-1)
-    bounds = np.arange(0, (rows + 1) * (length + width), length + width, dtype=np.int32)
+    # the merge's (0,0), then (clock, 0): a big-endian logical time and a zero child, ``tail``
+    rest = bytes(LOCAL_BYTES - 8) + tail
+    fields = [("trace", f"V{length}"), ("merge", f"V{LOCAL_BYTES}"), ("clock", ">u8")]
+    layout = np.dtype([*fields, ("rest", f"V{len(rest)}")])
+    out = np.empty(rows, layout)
+    traces = data.view(f"V{length}")
+    out["trace"] = traces if index is None else traces[index]
+    out["merge"] = np.void(bytes(LOCAL_BYTES))
+    out["clock"] = clocks
+    out["rest"] = np.void(rest)
+    bounds = np.arange(0, (rows + 1) * layout.itemsize, layout.itemsize, dtype=np.int32)
     buffers = [None, pa.py_buffer(bounds), pa.py_buffer(out)]
     return pa.BinaryArray.from_buffers(pa.binary(), rows, buffers)
 
@@ -520,10 +524,16 @@ def _through_the_merge(
     cycle makes: a leaving row's (``tail``: the way out, and what the tail taking it
     appends) and a settled item's (the way back).
     """
+    index = traces.index(rows)
+    made = _merged_traces(traces.values, index, clocks, tail)
+    if made is not None:
+        return made
+    # traces of several lengths: each joined with its record
     record = np.zeros((len(clocks), 2 * LOCAL_BYTES + len(tail)), np.uint8)
     record[:, LOCAL_BYTES : LOCAL_BYTES + 8] = clocks.astype(">u8").view(np.uint8).reshape(-1, 8)
     record[:, 2 * LOCAL_BYTES :] = np.frombuffer(tail, np.uint8)
-    return traces.extended(rows, record)
+    entering = traces.values if index is None else traces.values.take(pa.array(index))
+    return extended_traces(entering, record)
 
 
 def _pairs(payloads: pa.Array) -> tuple[pa.Array, np.ndarray] | None:

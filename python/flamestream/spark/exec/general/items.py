@@ -320,6 +320,9 @@ def time_starts(ts: np.ndarray, fronts: np.ndarray) -> np.ndarray:
 def ascending(columns: list[pa.Array]) -> bool:
     """Whether the rows' keys (columns without nulls, most significant first) never fall."""
     rows = len(columns[0])
+    first, later = columns[0].slice(0, rows - 1), columns[0].slice(1)
+    if len(columns) > 1 and pc.any(pc.less(later, first)).as_py():
+        return False  # the most significant key falls: a shuffle's rows, found at once
     after_all: Any = True  # rows whose later keys tie: so far none decides
     for column in reversed(columns):
         before, after = column.slice(0, rows - 1), column.slice(1)
