@@ -287,7 +287,7 @@ def _taken(column: pa.ChunkedArray, order: pa.Array) -> pa.ChunkedArray:
         and len(column)
         and not column.null_count
         and column[0] == column[-1]
-        and pc.count_distinct(column).as_py() == 1
+        and pc.all(pc.equal(column, column[0])).as_py()  # (a third of a count_distinct)
     ):
         return column
     return column.take(order)
