@@ -268,6 +268,9 @@ def stable_order(values: np.ndarray, bound: int) -> np.ndarray:
     sorted 16 bits at a time, least significant first (a stable pass per digit keeps the
     order of the digits below): 2 M keys of 24 bits 0.18 -> 0.05 s.
     """
+    if bound <= 1 << 16:  # one digit: no 64-bit copy to take it from (250k rows: 4.5 -> 2 ms)
+        single: np.ndarray = np.argsort(values.astype(np.uint16), kind="stable")
+        return single
     wide = values.astype(np.uint64, copy=False)
     order: np.ndarray = np.argsort((wide & np.uint64(0xFFFF)).astype(np.uint16), kind="stable")
     for shift in range(16, (max(bound, 1) - 1).bit_length(), 16):
