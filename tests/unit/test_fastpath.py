@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -199,12 +200,16 @@ WHOLE_BATCHES: list[bool] = []
 SUMMED_BATCHES: list[bool] = []
 
 
-def as_unpacked(rows: pa.Table) -> pa.Table:
+def as_unpacked(rows: pa.Table, distinct_traces: bool = False) -> pa.Table:
     """``rows`` with their payloads and sources dictionary-encoded, as ``packed.unpack`` gives
     them (its dictionaries are the packed rows' values: without nulls, perhaps repeated),
     and their traces too, as a keyed task's sort gives them (``sorted_by_meta``'s
-    ``coded_traces``: there a dictionary of distinct values; here each value twice)."""
-    for name in (*DICTIONARY_ENCODED, "trace"):
+    ``coded_traces``: a dictionary of distinct values if ``distinct_traces``; else each
+    value twice)."""
+    if distinct_traces:
+        at = rows.schema.get_field_index("trace")
+        rows = rows.set_column(at, "trace", pc.dictionary_encode(rows.column("trace")))
+    for name in (*DICTIONARY_ENCODED, *([] if distinct_traces else ["trace"])):
         values = rows.column(name).combine_chunks()
         if values.null_count:
             continue
@@ -495,7 +500,8 @@ def test_summed_batches_equal_the_python_fold(script, latest, data):
     for number, events in enumerate(script):
         min_time = GlobalTime(10 * number + (2 if low and number % 2 else 5), 0)
         rows = table(events)
-        got = outcome(fast, as_unpacked(rows) if coded else rows, states[0], min_time)
+        fed = as_unpacked(rows, distinct_traces=data.draw(st.booleans())) if coded else rows
+        got = outcome(fast, fed, states[0], min_time)
         want = outcome(general, rows, states[1], min_time)
         assert got == want
         if isinstance(want, str):  # two items of one meta: an invariant broken, on both paths

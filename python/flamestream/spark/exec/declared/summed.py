@@ -163,7 +163,7 @@ class SummedCycle:
             return True
         before, after = before[same], after[same]
         lengths = traces.lengths()
-        if pc.any(pc.equal(traces.take(before), traces.take(after))).as_py():
+        if traces.equal_any(before, after):
             return False
         uneven = lengths[before] != lengths[after]
         back = self.cycle.back_bytes
@@ -376,6 +376,17 @@ class _Traces:
     def take(self, rows: np.ndarray) -> pa.Array:
         """The traces of ``rows``, as a plain binary array."""
         return self.values.take(pa.array(rows if self.codes is None else self.codes[rows]))
+
+    def equal_any(self, rows: np.ndarray, others: np.ndarray) -> bool:
+        """Whether the trace of a row of ``rows`` equals that of its row in ``others``."""
+        if self.codes is not None and self._distinct:  # equal values, equal codes
+            return bool((self.codes[rows] == self.codes[others]).any())
+        return bool(pc.any(pc.equal(self.take(rows), self.take(others))).as_py())
+
+    @cached_property
+    def _distinct(self) -> bool:
+        """Whether no two ``values`` are equal (a ``dictionary_encode``'s dictionary)."""
+        return bool(pc.count_distinct(self.values).as_py() == len(self.values))
 
     def value(self, row: int) -> bytes:
         """Row ``row``'s trace."""
