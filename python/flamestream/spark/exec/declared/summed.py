@@ -98,7 +98,7 @@ class SummedCycle:
             return None
         # 2. pairs (a dictionary's read once per distinct payload: unpacked rows, .packed;
         # and once for the runs of a batch, which share it)
-        payloads = table.column("payload").combine_chunks()
+        payloads = _whole(table.column("payload"))
         coded = pa.types.is_dictionary(payloads.type)
         pairs = self._parsed(payloads.dictionary) if coded else _pairs(payloads)
         if pairs is None:
@@ -209,9 +209,9 @@ class SummedCycle:
             metas.traces, None if every else rows, row_clocks[rows], suffix
         )
         zeros = pa.array(np.zeros(len(rows), np.int8))
-        meta = [ts.combine_chunks(), fronts.combine_chunks(), traces, zeros]
+        meta = [_whole(ts), _whole(fronts), traces, zeros]
         # sources may be dictionary-encoded (``packed.unpack``): item rows make them text
-        meta += [sources.combine_chunks(), positions.combine_chunks()]
+        meta += [_whole(sources), _whole(positions)]
         if handed:
             keys = groups.dictionary.take(pa.array(groups.codes[rows]))
             return item_rows(meta, to), ReducedColumns(keys, pa.array(totals[rows]), suffix)
@@ -365,7 +365,7 @@ class _Traces:
     def __init__(self, column: pa.ChunkedArray) -> None:
         if pa.types.is_dictionary(column.type) and column.num_chunks > 1:
             column = column.unify_dictionaries()
-        whole = column.combine_chunks()
+        whole = _whole(column)
         #: the distinct traces (coded) or every row's (plain)
         self.values: pa.Array = whole.dictionary if isinstance(whole, pa.DictionaryArray) else whole
         #: each row's index in ``values``; None: plain, row ``i`` is ``values[i]``
@@ -620,6 +620,11 @@ def _gathered(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.A
     index = np.repeat(starts - offsets[:-1], lengths) + np.arange(int(offsets[-1]))
     buffers = [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(data[index].tobytes())]
     return pa.BinaryArray.from_buffers(pa.binary(), len(starts), buffers)
+
+
+def _whole(column: pa.ChunkedArray) -> pa.Array:
+    """``column`` as one array; a single chunk as it is (``combine_chunks`` copies it)."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
 def _first_of_time(ts: np.ndarray, fronts: np.ndarray) -> np.ndarray:
