@@ -730,3 +730,33 @@ def test_runs_end_where_global_times_do(times, rows):
     assert all(end == start for (_, end), (start, _) in pairwise(bounds))
     assert all(end - start >= rows for start, end in bounds[:-1])
     assert all(times[end - 1] != times[end] for _, end in bounds[:-1])
+
+
+@given(
+    keys=st.lists(ANY_TEXT, min_size=1, max_size=4, unique=True),
+    data=st.data(),
+    template=st.sampled_from(TEMPLATES[:5]),
+)
+def test_coded_keys_read_and_render_as_the_key_column(keys, data, template):
+    """Reduced payloads whose keys are codes into a dictionary (a sum's) read, filter and
+    render in Arrow as the same payloads with the keys as a column."""
+    from flamestream import Template
+    from flamestream.spark.exec.declared.rendered import ReducedColumns, RenderedTail
+    from flamestream.spark.plan.paths import TemplateRender
+
+    codes = np.array(data.draw(st.lists(st.integers(0, len(keys) - 1), max_size=12)), np.int64)
+    sums = pa.array(
+        data.draw(st.lists(st.integers(-5, 5), min_size=len(codes), max_size=len(codes))),
+        pa.int64(),
+    )
+    dictionary = pa.array(keys, pa.string())
+    coded = ReducedColumns.coded(dictionary, codes, sums)
+    plain = ReducedColumns(dictionary.take(pa.array(codes)), sums)
+    mask = pa.array(
+        data.draw(st.lists(st.booleans(), min_size=len(codes), max_size=len(codes))), pa.bool_()
+    )
+    tail = RenderedTail(TemplateRender(Template(template).plain_parts(), "out"))
+    for got, want in ((coded, plain), (coded.filter(mask), plain.filter(mask))):
+        assert got.coding is not None
+        assert tail.rendered(got).equals(tail.rendered(want))
+        assert got.keys.equals(want.keys) and got.objects() == want.objects()

@@ -213,8 +213,9 @@ class SummedCycle:
         # sources may be dictionary-encoded (``packed.unpack``): item rows make them text
         meta += [_whole(sources), _whole(positions)]
         if handed:
-            keys = groups.dictionary.take(pa.array(groups.codes[rows]))
-            return item_rows(meta, to), ReducedColumns(keys, pa.array(totals[rows]), suffix)
+            sums = pa.array(totals[rows])
+            keys = ReducedColumns.coded(groups.dictionary, groups.codes[rows], sums, suffix)
+            return item_rows(meta, to), keys
         keys_of = groups.keys
         payloads = list(
             map(Reduced, [keys_of[c] for c in groups.codes[rows].tolist()], totals[rows].tolist())
