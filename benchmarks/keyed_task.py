@@ -137,7 +137,7 @@ def _once(graph: Any, rows: list[pa.RecordBatch], out: Path, columns: str) -> di
     everything = GlobalTime(2**62, 0)
     sink = FilesOutput(OptionReader("sink files", {"path": str(out), "format": "parquet"}))
     began, began_cpu = time.perf_counter(), time.process_time()
-    tables = _items_of([b for b in rows if b.num_rows])
+    tables = _items_of([b for b in rows if b.num_rows], _INPUT_COLUMNS)  # as the task does
     table = sorted_by_meta(
         pa.Table.from_batches(tables).select(_INPUT_COLUMNS), coded_traces=True
     )  # as KeyedRunner._partition sorts
