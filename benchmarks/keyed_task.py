@@ -24,8 +24,9 @@ Run it with ``.venv/bin/flamestream-python -m benchmarks.keyed_task``: started f
 the launcher gives it the jemalloc options Spark's workers get (docs/connectors.md).
 ``--pause`` sleeps between repetitions: on a virtual machine that hands freed pages back to
 its host, a task's first touch of fresh memory is what a Spark worker meets between batches.
-Prints JSON: per phase the median seconds and every run, the rows, the part's bytes, the
-peak resident set.
+Prints JSON: per phase the median seconds and every run, the median CPU seconds (the
+process's, the part's writing thread included: what the task costs a shared core), the
+rows, the part's bytes, the peak resident set.
 """
 
 from __future__ import annotations
@@ -114,6 +115,7 @@ def _once(graph: Any, rows: list[pa.RecordBatch], out: Path, columns: str) -> di
         TaskParts,
         _released,
         fill_parts,
+        kept_columns,
         written_columns,
     )
     from flamestream.spark.exec.general.items import RELEASED_COLUMNS, sorted_by_meta
@@ -126,36 +128,44 @@ def _once(graph: Any, rows: list[pa.RecordBatch], out: Path, columns: str) -> di
         graph.graph, plan, graph.keys, graph.render, latest=graph.release == "latest"
     )
     task = WithTails(keyed, [graph._runner(t, named=False) for t in graph.plan.tails(plan)])
+    written = written_columns(columns, RELEASED_COLUMNS)
+    kept = kept_columns(written, RELEASED_COLUMNS)
+    if kept is not None:  # as BarrierWriter.__init__ tells the stage
+        task.keep_only(kept)
     g = keyed.grouping
     state = GroupingState(g.step_id, g.window, g.key)
     everything = GlobalTime(2**62, 0)
     sink = FilesOutput(OptionReader("sink files", {"path": str(out), "format": "parquet"}))
-    began = time.perf_counter()
-    tables = _items_of([b for b in rows if b.num_rows])
-    table = sorted_by_meta(pa.Table.from_batches(tables).select(_INPUT_COLUMNS))
+    began, began_cpu = time.perf_counter(), time.process_time()
+    tables = _items_of([b for b in rows if b.num_rows], _INPUT_COLUMNS)  # as the task does
+    table = sorted_by_meta(
+        pa.Table.from_batches(tables).select(_INPUT_COLUMNS), coded_traces=True
+    )  # as KeyedRunner._partition sorts
     del tables
-    sorted_at = time.perf_counter()
+    sorted_at, sorted_cpu = time.perf_counter(), time.process_time()
 
     def released() -> Iterator[pa.Table]:
         for output in keyed._runs(table, state, everything):
             for done in task.through_tails(output, keyed.handed_payloads):
-                yield pa.Table.from_batches([_released(done)])
+                yield pa.Table.from_batches([_released(done, kept or RELEASED_COLUMNS)])
 
-    written = written_columns(columns, RELEASED_COLUMNS)
     parts = TaskParts(sink, 0, 0, background=True, columns=written)  # as the write task has it
     left = fill_parts(parts, released(), everything)
     if (left is not None and left.num_rows) or len(parts.parts) != 1:
         msg = "every row below the min-time should go into one part"
         raise AssertionError(msg)
     (part,) = parts.close()
-    wrote = time.perf_counter()
+    wrote, wrote_cpu = time.perf_counter(), time.process_time()
     state.collect_garbage(everything)  # as the task does before its snapshot
     state.snapshot()
-    ended = time.perf_counter()
+    ended, ended_cpu = time.perf_counter(), time.process_time()
     return {
         "unpack_sort": sorted_at - began,
         "keyed_render_write": wrote - sorted_at,
         "snapshot": ended - wrote,
+        "cpu_unpack_sort": sorted_cpu - began_cpu,
+        "cpu_keyed_render_write": wrote_cpu - sorted_cpu,
+        "cpu_snapshot": ended_cpu - wrote_cpu,
         "rows_in": table.num_rows,
         "rows_out": parts.rows,
         "bytes_out": (out / part).stat().st_size,
@@ -199,8 +209,10 @@ def main(argv: list[str] | None = None) -> int:
         "rows_out": runs[0]["rows_out"],
         "bytes_out": runs[0]["bytes_out"],
         "seconds_median": {p: median(r[p] for r in runs) for p in PHASES},
+        "cpu_seconds_median": {p: median(r[f"cpu_{p}"] for r in runs) for p in PHASES},
         "seconds_runs": {p: [round(r[p], 3) for r in runs] for p in PHASES},
         "total_median": median(sum(r[p] for p in PHASES) for r in runs),
+        "cpu_total_median": median(sum(r[f"cpu_{p}"] for p in PHASES) for r in runs),
         "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3),
         "pause": args.pause,
         "machine": machine(load_before=load_before[0]),

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -199,10 +200,16 @@ WHOLE_BATCHES: list[bool] = []
 SUMMED_BATCHES: list[bool] = []
 
 
-def as_unpacked(rows: pa.Table) -> pa.Table:
+def as_unpacked(rows: pa.Table, distinct_traces: bool = False) -> pa.Table:
     """``rows`` with their payloads and sources dictionary-encoded, as ``packed.unpack`` gives
-    them (its dictionaries are the packed rows' values: without nulls, perhaps repeated)."""
-    for name in DICTIONARY_ENCODED:
+    them (its dictionaries are the packed rows' values: without nulls, perhaps repeated),
+    and their traces too, as a keyed task's sort gives them (``sorted_by_meta``'s
+    ``coded_traces``: a dictionary of distinct values if ``distinct_traces``; else each
+    value twice)."""
+    if distinct_traces:
+        at = rows.schema.get_field_index("trace")
+        rows = rows.set_column(at, "trace", pc.dictionary_encode(rows.column("trace")))
+    for name in (*DICTIONARY_ENCODED, *([] if distinct_traces else ["trace"])):
         values = rows.column(name).combine_chunks()
         if values.null_count:
             continue
@@ -491,7 +498,8 @@ def test_summed_batches_equal_the_python_fold(script, latest, data):
     for number, events in enumerate(script):
         min_time = GlobalTime(10 * number + (2 if low and number % 2 else 5), 0)
         rows = table(events)
-        got = outcome(fast, as_unpacked(rows) if coded else rows, states[0], min_time)
+        fed = as_unpacked(rows, distinct_traces=data.draw(st.booleans())) if coded else rows
+        got = outcome(fast, fed, states[0], min_time)
         want = outcome(general, rows, states[1], min_time)
         assert got == want
         if isinstance(want, str):  # two items of one meta: an invariant broken, on both paths
@@ -596,24 +604,62 @@ def test_templates_render_sums_in_arrow_as_python_does(script, template, latest)
         rendered_task(template, fast=True, declared=True, latest=latest),
         rendered_task(template, fast=False, declared=True, latest=latest),
         rendered_task(template, fast=False, declared=False, latest=latest),
+        rendered_task(template, fast=True, declared=True, latest=latest),
     ]
+    # the last one's rows go to a sink writing values only (BarrierWriter tells the stage)
+    tasks[-1].keep_only(VALUE_KEPT)
     g = tasks[0].keyed.grouping
     states = [GroupingState(g.step_id, g.window, g.key) for _ in tasks]
     for number, events in enumerate(script):
         min_time = GlobalTime(10 * number + 5, 0)
-        outputs = []
-        for task, state in zip(tasks, states, strict=True):
-            try:
-                rows = task.keyed._run(table(events), state, min_time)
-            except InvariantError as error:  # an item sent twice: broken on every path
-                outputs.append(str(error))
-                continue
-            handed = task.keyed.handed_payloads
-            outputs.append([b.to_pylist() for b in task.through_tails(rows, handed)])
-            state.collect_garbage(min_time)
+        ran = zip(tasks, states, strict=True)
+        outputs = [task_rows(task, events, state, min_time) for task, state in ran]
         assert outputs[0] == outputs[1] == outputs[2]
         if isinstance(outputs[0], str):
+            assert outputs[3] == outputs[0]
             return
+        assert kept_of(outputs[3]) == kept_of(outputs[0])  # what the sink keeps: the same
+        for state in states:
+            state.collect_garbage(min_time)
+
+
+#: What a write task keeps of the released rows of a sink with ``columns=value``.
+VALUE_KEPT = ("ts", "front", "trace", "flags", "sink", "value")
+
+
+def task_rows(task: Any, events: list[Event], state: GroupingState, at: GlobalTime) -> Any:
+    """The rows ``task`` (a keyed stage and its tails) sends its sink for ``events``, or the
+    invariant it finds broken."""
+    try:
+        rows = task.keyed._run(table(events), state, at)
+    except InvariantError as error:  # an item sent twice: broken on every path
+        return str(error)
+    return [b.to_pylist() for b in task.through_tails(rows, task.keyed.handed_payloads)]
+
+
+def kept_of(batches: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The columns of ``VALUE_KEPT`` of every row (``to`` is the released rows' ``sink``)."""
+    names = [("to" if name == "sink" else name) for name in VALUE_KEPT]
+    return [{name: row[name] for name in names} for rows in batches for row in rows]
+
+
+def test_a_sink_writing_values_only_spares_the_determinants():
+    """With ``columns=value`` (``keep_only``) the rows rendered in Arrow carry no determinant
+    (the sink drops it); with every column kept they do, as the general path makes them."""
+    events = [(1, 0, 0, 0, "a", Mapped("a", 1)), (2, 0, 0, 0, "a", Mapped("a", 1))]
+    made = {}
+    for kept in (None, VALUE_KEPT):
+        task = rendered_task("{key}={value}", fast=True, declared=True, latest=False)
+        if kept is not None:
+            task.keep_only(kept)
+        g = task.keyed.grouping
+        state = GroupingState(g.step_id, g.window, g.key)
+        (rows,) = task_rows(task, events, state, GlobalTime(5, 0))
+        made[kept] = rows
+    assert [r["value"] for r in made[VALUE_KEPT]] == ["a=1", "a=2"]
+    assert kept_of([made[VALUE_KEPT]]) == kept_of([made[None]])
+    assert {(r["source"], r["position"]) for r in made[VALUE_KEPT]} == {(None, None)}
+    assert None not in {r["position"] for r in made[None]}
 
 
 def test_the_plain_templates_mostly_render_in_arrow():
@@ -682,3 +728,33 @@ def test_runs_end_where_global_times_do(times, rows):
     assert all(end == start for (_, end), (start, _) in pairwise(bounds))
     assert all(end - start >= rows for start, end in bounds[:-1])
     assert all(times[end - 1] != times[end] for _, end in bounds[:-1])
+
+
+@given(
+    keys=st.lists(ANY_TEXT, min_size=1, max_size=4, unique=True),
+    data=st.data(),
+    template=st.sampled_from(TEMPLATES[:5]),
+)
+def test_coded_keys_read_and_render_as_the_key_column(keys, data, template):
+    """Reduced payloads whose keys are codes into a dictionary (a sum's) read, filter and
+    render in Arrow as the same payloads with the keys as a column."""
+    from flamestream import Template
+    from flamestream.spark.exec.declared.rendered import ReducedColumns, RenderedTail
+    from flamestream.spark.plan.paths import TemplateRender
+
+    codes = np.array(data.draw(st.lists(st.integers(0, len(keys) - 1), max_size=12)), np.int64)
+    sums = pa.array(
+        data.draw(st.lists(st.integers(-5, 5), min_size=len(codes), max_size=len(codes))),
+        pa.int64(),
+    )
+    dictionary = pa.array(keys, pa.string())
+    coded = ReducedColumns.coded(dictionary, codes, sums)
+    plain = ReducedColumns(dictionary.take(pa.array(codes)), sums)
+    mask = pa.array(
+        data.draw(st.lists(st.booleans(), min_size=len(codes), max_size=len(codes))), pa.bool_()
+    )
+    tail = RenderedTail(TemplateRender(Template(template).plain_parts(), "out"))
+    for got, want in ((coded, plain), (coded.filter(mask), plain.filter(mask))):
+        assert got.coding is not None
+        assert tail.rendered(got).equals(tail.rendered(want))
+        assert got.keys.equals(want.keys) and got.objects() == want.objects()

@@ -107,3 +107,22 @@ def test_the_plan_packs_only_what_goes_to_one_keyed_stage_and_nothing_else() -> 
     assert plan_execution(_graph(), release="every", elastic=True).packed_into() is None
     # the fronts run nothing: their rows are front rows
     assert plan_execution(_graph(), release="every", fusion=False).packed_into() is None
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(rows=ROWS, data=st.data())
+def test_a_keyed_task_unpacks_the_columns_it_reads_as_they_are_unpacked_whole(
+    rows: list[dict[str, Any]], data: st.DataObject
+) -> None:
+    """``_items_of`` with the columns a keyed task reads gives those columns of the rows
+    all columns unpacked give, in the same order."""
+    from flamestream.spark.exec.general.keyed import _INPUT_COLUMNS, _items_of
+
+    if not rows:
+        return
+    packed = pack(pa.RecordBatch.from_pylist(rows, schema=ITEM_SCHEMA))
+    columns = [*_INPUT_COLUMNS, *data.draw(st.sampled_from([[], ["key"]]))]
+    (some,) = _items_of([packed], columns)
+    (whole,) = _items_of([packed])
+    assert some.schema.names == columns
+    assert some.to_pylist() == whole.select(columns).to_pylist()

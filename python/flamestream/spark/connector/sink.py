@@ -107,6 +107,20 @@ def written_columns(choice: str, names: Sequence[str]) -> tuple[str, ...] | None
     return payload if choice == "value" else ("ts", "front", *payload)
 
 
+def kept_columns(columns: Sequence[str] | None, names: Sequence[str]) -> list[str] | None:
+    """What a write task keeps of rows with columns ``names`` when the sink writes ``columns``.
+
+    None (all) when it writes every column; else what the barrier reads and what is written:
+    the others are dropped before anything stages or sorts them.
+
+    >>> kept_columns(("value",), ["ts", "front", "trace", "flags", "source", "value"])
+    ['ts', 'front', 'trace', 'flags', 'value']
+    """
+    if columns is None:
+        return None
+    return [name for name in names if name in BARRIER_COLUMNS or name in columns]
+
+
 def projected(rows: pa.Table, columns: Sequence[str] | None) -> pa.Table:
     """``rows`` as a sink writes them: only ``columns`` (None: all), in that order."""
     return rows if columns is None else rows.select(list(columns))
@@ -536,9 +550,9 @@ class BarrierWriter(DataSourceStreamArrowWriter):
         self.columns = _written(options, choice, names)
         #: the columns a write task keeps of its rows (None: all): what the barrier reads and
         #: what the sink writes; the others are dropped before anything stages or sorts them
-        self.kept = None
-        if self.columns is not None:
-            self.kept = [n for n in names if n in BARRIER_COLUMNS or n in self.columns]
+        self.kept = kept_columns(self.columns, names)
+        if self.stage is not None and self.kept is not None:
+            self.stage.keep_only(self.kept)  # the stage need not make what is dropped
         self.checkpoint = options.string("checkpointLocation", required=True)
         self.store = BarrierStore(
             options.string("stateLocation", QueryCheckpoint(self.checkpoint).sink_url)

@@ -14,7 +14,6 @@ path makes, byte for byte: ``tests/unit/test_fastpath.py`` compares them on rand
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -34,22 +33,51 @@ _MAP_SUFFIX = np.frombuffer(encode_trace((LocalTime(0, 0),)), np.uint8).reshape(
 class ReducedColumns:
     """The ``Reduced(key, value)`` payloads of rows: a text column and an int64 column.
 
+    The keys may come as ``codes`` into a ``dictionary`` of distinct keys (a sum's rows:
+    :meth:`coded`), made into a column only when read (``keys``): a render joins the
+    template's text around a key once per distinct key.
+
     ``traced``: the trace suffix the rows' traces already end with, appended for the tail
     that takes them (``Exits.suffixes``); empty if none.
     """
 
-    def __init__(self, keys: pa.Array, values: pa.Array, traced: bytes = b"") -> None:
-        self.keys = keys
+    def __init__(self, keys: pa.Array | None, values: pa.Array, traced: bytes = b"") -> None:
+        self._keys = keys
         self.values = values
         self.traced = traced
         self._objects: list[Any] | None = None
+        #: the keys as a dictionary and each row's index in it (``coded``), else None
+        self.coding: tuple[pa.Array, np.ndarray] | None = None
+
+    @classmethod
+    def coded(
+        cls, dictionary: pa.Array, codes: np.ndarray, values: pa.Array, traced: bytes = b""
+    ) -> ReducedColumns:
+        """Payloads whose keys are ``dictionary[codes]``."""
+        made = cls(None, values, traced)
+        made.coding = (dictionary, codes)
+        return made
+
+    @property
+    def keys(self) -> pa.Array:
+        """The keys, a text column (taken from the dictionary once, if coded)."""
+        if self._keys is None:
+            assert self.coding is not None  # noqa: S101
+            dictionary, codes = self.coding
+            self._keys = dictionary.take(pa.array(codes))
+        return self._keys
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return len(self.values)
 
     def filter(self, mask: pa.Array) -> ReducedColumns:
         """The payloads of the rows ``mask`` selects."""
-        return ReducedColumns(self.keys.filter(mask), self.values.filter(mask), self.traced)
+        values = self.values.filter(mask)
+        if self.coding is not None and self._keys is None:
+            dictionary, codes = self.coding
+            picked = mask.to_numpy(zero_copy_only=False).astype(bool)
+            return ReducedColumns.coded(dictionary, codes[picked], values, self.traced)
+        return ReducedColumns(self.keys.filter(mask), values, self.traced)
 
     def objects(self) -> list[Any]:
         """The payloads as ``Reduced`` objects (made once)."""
@@ -106,17 +134,42 @@ class RenderedTail:
         return item_rows(meta, self.sink, texts)
 
     def rendered(self, payloads: ReducedColumns) -> pa.Array:
-        """Each payload's text, as ``Template.__call__`` renders it."""
-        fields: dict[str, Callable[[], pa.Array]] = {
-            "key": lambda: payloads.keys,
-            "value": lambda: pc.cast(payloads.values, pa.string()),
-        }
+        """Each payload's text, as ``Template.__call__`` renders it.
+
+        The pieces between two ``{value}`` fields hold keys and literals only: with the keys
+        coded, such a run is joined once per distinct key and taken by row, one piece.
+        """
         pieces: list[Any] = []
+        run: list[Any] = []  # the pieces since the last value: literals and keys
         for literal, field in self.parts:
             if literal:
-                pieces.append(pa.scalar(literal, pa.string()))
-            if field is not None:
-                pieces.append(fields[field]())
+                run.append(pa.scalar(literal, pa.string()))
+            if field == "key":
+                run.append(_KEY)
+            elif field == "value":
+                pieces += _keyed_run(run, payloads)
+                run = []
+                pieces.append(pc.cast(payloads.values, pa.string()))
+            elif field is not None:
+                msg = f"a plain template's field {field!r}: key or value"
+                raise InvariantError(msg)
+        pieces += _keyed_run(run, payloads)
         if not any(isinstance(piece, pa.Array) for piece in pieces):  # no field at all
             pieces.append(pa.array([""] * len(payloads), pa.string()))
-        return pc.binary_join_element_wise(*pieces, pa.scalar("", pa.string()))
+        return pc.binary_join_element_wise(*pieces, _EMPTY)
+
+
+#: A ``{key}`` field in a run of pieces (``RenderedTail.rendered``).
+_KEY = object()
+_EMPTY = pa.scalar("", pa.string())
+
+
+def _keyed_run(run: list[Any], payloads: ReducedColumns) -> list[Any]:
+    """A run of literals and ``{key}`` fields as pieces to join: joined per distinct key."""
+    if not any(piece is _KEY for piece in run):
+        return run
+    if payloads.coding is None or len(run) == 1:
+        return [payloads.keys if piece is _KEY else piece for piece in run]
+    dictionary, codes = payloads.coding
+    joined = [dictionary if piece is _KEY else piece for piece in run]
+    return [pc.binary_join_element_wise(*joined, _EMPTY).take(pa.array(codes))]

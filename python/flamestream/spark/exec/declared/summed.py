@@ -98,7 +98,7 @@ class SummedCycle:
             return None
         # 2. pairs (a dictionary's read once per distinct payload: unpacked rows, .packed;
         # and once for the runs of a batch, which share it)
-        payloads = table.column("payload").combine_chunks()
+        payloads = _whole(table.column("payload"))
         coded = pa.types.is_dictionary(payloads.type)
         pairs = self._parsed(payloads.dictionary) if coded else _pairs(payloads)
         if pairs is None:
@@ -162,16 +162,16 @@ class SummedCycle:
         if not same.any():
             return True
         before, after = before[same], after[same]
-        lengths = pc.binary_length(traces).to_numpy()
-        if pc.any(pc.equal(traces.take(before), traces.take(after))).as_py():
+        lengths = traces.lengths()
+        if traces.equal_any(before, after):
             return False
         uneven = lengths[before] != lengths[after]
         back = self.cycle.back_bytes
         merge = bytes(LOCAL_BYTES)
         for row, next_row in zip(before[uneven].tolist(), after[uneven].tolist(), strict=True):
             clock = encode_trace((LocalTime(int(row_clocks[row]), 0),))
-            reduced = traces[row].as_py() + merge + clock + back
-            if not traces[next_row].as_py() + merge > reduced:
+            reduced = traces.value(row) + merge + clock + back
+            if not traces.value(next_row) + merge > reduced:
                 return False
         return True
 
@@ -194,21 +194,28 @@ class SummedCycle:
         # order (keys come in order of first sight), so the columns are used as they are
         every = len(rows) == table.num_rows
         ts, fronts = (table.column(c) if every else table.column(c).take(rows) for c in META)
-        firsts = _first_of_time(metas.ts, metas.fronts)[rows]
-        sources = table.column("source").take(firsts)
-        positions = table.column("position").take(firsts)
         to = self.cycle.exit_to
         handed = to in exits.handed and to not in exits.keys  # a tail's entry: hand columns
         suffix = exits.suffixes.get(to, b"") if handed else b""  # the tail's, appended now
-        entering = metas.traces if every else metas.traces.take(rows)
-        traces = self._leaving_traces(entering, row_clocks[rows], suffix)
+        if handed and to in exits.suffixes and not exits.determinants:
+            # rendered in Arrow for a sink that writes no determinant (Exits.determinants)
+            sources = pa.chunked_array([pa.nulls(len(rows), pa.string())])
+            positions = pa.chunked_array([pa.nulls(len(rows), pa.int64())])
+        else:
+            firsts = _first_of_time(metas.ts, metas.fronts)[rows]
+            sources = table.column("source").take(firsts)
+            positions = table.column("position").take(firsts)
+        traces = self._leaving_traces(
+            metas.traces, None if every else rows, row_clocks[rows], suffix
+        )
         zeros = pa.array(np.zeros(len(rows), np.int8))
-        meta = [ts.combine_chunks(), fronts.combine_chunks(), traces, zeros]
+        meta = [_whole(ts), _whole(fronts), traces, zeros]
         # sources may be dictionary-encoded (``packed.unpack``): item rows make them text
-        meta += [sources.combine_chunks(), positions.combine_chunks()]
+        meta += [_whole(sources), _whole(positions)]
         if handed:
-            keys = groups.dictionary.take(pa.array(groups.codes[rows]))
-            return item_rows(meta, to), ReducedColumns(keys, pa.array(totals[rows]), suffix)
+            sums = pa.array(totals[rows])
+            keys = ReducedColumns.coded(groups.dictionary, groups.codes[rows], sums, suffix)
+            return item_rows(meta, to), keys
         keys_of = groups.keys
         payloads = list(
             map(Reduced, [keys_of[c] for c in groups.codes[rows].tolist()], totals[rows].tolist())
@@ -222,12 +229,15 @@ class SummedCycle:
         out.extend(to, payloads, [0] * len(rows), where)
         return out.batch(*meta), out.objects
 
-    def _leaving_traces(self, traces: pa.Array, clocks: np.ndarray, suffix: bytes) -> pa.Array:
+    def _leaving_traces(
+        self, traces: _Traces, rows: np.ndarray | None, clocks: np.ndarray, suffix: bytes
+    ) -> pa.Array:
         """Each entering trace, the merge's ``(0,0)``, ``(clock, 0)``, the exit tail, ``suffix``.
 
-        ``suffix``: what the tail taking the rows appends (one copy of the traces, not two).
+        ``rows``: whose traces (None: every row's). ``suffix``: what the tail taking the rows
+        appends (one copy of the traces, not two).
         """
-        return _through_the_merge(traces, clocks, self.cycle.exit_tail + suffix)
+        return _through_the_merge(traces, rows, clocks, self.cycle.exit_tail + suffix)
 
     def _settle(
         self,
@@ -246,8 +256,7 @@ class SummedCycle:
         block, heads = before
         totals, clocks = finals
         lasts = groups.last_rows
-        entering = metas.traces.take(pa.array(lasts))
-        traces = _through_the_merge(entering, clocks - 1, self.cycle.back_bytes)
+        traces = _through_the_merge(metas.traces, lasts, clocks - 1, self.cycle.back_bytes)
         times = (metas.ts[lasts], metas.fronts[lasts])
         settled = block.with_batch(heads.rows, groups.dictionary, totals, clocks, times, traces)
         appended = 2 * len(groups.codes)
@@ -337,7 +346,7 @@ class _Metas:
     def __init__(self, table: pa.Table) -> None:
         self.ts: np.ndarray = table.column("ts").to_numpy()
         self.fronts: np.ndarray = table.column("front").to_numpy()
-        self.traces: pa.Array = table.column("trace").combine_chunks()
+        self.traces = _Traces(table.column("trace"))
         #: entering trace (encoded) -> the trace at the grouping
         self.decoded = _TraceCache()
 
@@ -345,6 +354,87 @@ class _Metas:
         """The global time and encoded entering trace of each of ``rows``."""
         times = map(GlobalTime, self.ts[rows].tolist(), self.fronts[rows].tolist())
         return list(zip(times, self.traces.take(rows).to_pylist(), strict=True))
+
+
+class _Traces:
+    """A batch's entering traces, by row: plain, or dictionary-encoded (``sorted_by_meta``).
+
+    A keyed task's rows hold a handful of distinct traces; coded, a trace's bytes are copied
+    once, into the trace a row leaves with (:meth:`extended`), not first into a sorted column.
+    """
+
+    def __init__(self, column: pa.ChunkedArray) -> None:
+        if pa.types.is_dictionary(column.type) and column.num_chunks > 1:
+            column = column.unify_dictionaries()
+        whole = _whole(column)
+        #: the distinct traces (coded) or every row's (plain)
+        self.values: pa.Array = whole.dictionary if isinstance(whole, pa.DictionaryArray) else whole
+        #: each row's index in ``values``; None: plain, row ``i`` is ``values[i]``
+        self.codes: np.ndarray | None = None
+        if isinstance(whole, pa.DictionaryArray):
+            self.codes = whole.indices.to_numpy().astype(np.int64)
+
+    def take(self, rows: np.ndarray) -> pa.Array:
+        """The traces of ``rows``, as a plain binary array."""
+        return self.values.take(pa.array(rows if self.codes is None else self.codes[rows]))
+
+    def equal_any(self, rows: np.ndarray, others: np.ndarray) -> bool:
+        """Whether the trace of a row of ``rows`` equals that of its row in ``others``."""
+        if self.codes is not None and self._distinct:  # equal values, equal codes
+            return bool((self.codes[rows] == self.codes[others]).any())
+        return bool(pc.any(pc.equal(self.take(rows), self.take(others))).as_py())
+
+    @cached_property
+    def _distinct(self) -> bool:
+        """Whether no two ``values`` are equal (a ``dictionary_encode``'s dictionary)."""
+        return bool(pc.count_distinct(self.values).as_py() == len(self.values))
+
+    def value(self, row: int) -> bytes:
+        """Row ``row``'s trace."""
+        found: bytes = self.values[row if self.codes is None else int(self.codes[row])].as_py()
+        return found
+
+    def lengths(self) -> np.ndarray:
+        """Each row's trace length in bytes."""
+        lengths: np.ndarray = pc.binary_length(self.values).to_numpy()
+        return lengths if self.codes is None else lengths[self.codes]
+
+    def index(self, rows: np.ndarray | None) -> np.ndarray | None:
+        """Where in ``values`` the traces of ``rows`` (None: all) are; None: all, in order."""
+        if self.codes is None:
+            return rows
+        return self.codes if rows is None else self.codes[rows]
+
+
+def _merged_traces(
+    values: pa.Array, index: np.ndarray | None, clocks: np.ndarray, tail: bytes
+) -> pa.Array | None:
+    """``values[index]`` (None: ``values``) through the merge (``_through_the_merge``).
+
+    Written in one pass, each trace copied as one opaque (void) value, as
+    ``extended_traces`` does; None unless the traces are all as long.
+    """
+    offsets = np.frombuffer(values.buffers()[1], np.int32, len(values) + 1, values.offset * 4)
+    lengths = np.diff(offsets)
+    if not len(values) or values.null_count or not lengths[0] or not tail:
+        return None
+    if (lengths != lengths[0]).any():
+        return None
+    length, rows = int(lengths[0]), len(clocks)
+    data = np.frombuffer(values.buffers()[2], np.uint8, len(values) * length, int(offsets[0]))
+    # the merge's (0,0), then (clock, 0): a big-endian logical time and a zero child, ``tail``
+    rest = bytes(LOCAL_BYTES - 8) + tail
+    fields = [("trace", f"V{length}"), ("merge", f"V{LOCAL_BYTES}"), ("clock", ">u8")]
+    layout = np.dtype([*fields, ("rest", f"V{len(rest)}")])
+    out = np.empty(rows, layout)
+    traces = data.view(f"V{length}")
+    out["trace"] = traces if index is None else traces[index]
+    out["merge"] = np.void(bytes(LOCAL_BYTES))
+    out["clock"] = clocks
+    out["rest"] = np.void(rest)
+    bounds = np.arange(0, (rows + 1) * layout.itemsize, layout.itemsize, dtype=np.int32)
+    buffers = [None, pa.py_buffer(bounds), pa.py_buffer(out)]
+    return pa.BinaryArray.from_buffers(pa.binary(), rows, buffers)
 
 
 class _Groups:
@@ -437,16 +527,25 @@ class _ParsedDictionary:
         return {"_last": None, "_numbers": None}  # what travels is the runner, not a batch
 
 
-def _through_the_merge(traces: pa.Array, clocks: np.ndarray, tail: bytes) -> pa.Array:
+def _through_the_merge(
+    traces: _Traces, rows: np.ndarray | None, clocks: np.ndarray, tail: bytes
+) -> pa.Array:
     """Each entering trace, the merge's ``(0,0)``, ``(clock, 0)`` and ``tail`` (encoded).
 
-    The traces of the rows a summing cycle makes: a leaving row's (``tail``: the way out,
-    and what the tail taking it appends) and a settled item's (the way back).
+    ``rows``: whose entering traces (None: every row's). The traces of the rows a summing
+    cycle makes: a leaving row's (``tail``: the way out, and what the tail taking it
+    appends) and a settled item's (the way back).
     """
+    index = traces.index(rows)
+    made = _merged_traces(traces.values, index, clocks, tail)
+    if made is not None:
+        return made
+    # traces of several lengths: each joined with its record
     record = np.zeros((len(clocks), 2 * LOCAL_BYTES + len(tail)), np.uint8)
     record[:, LOCAL_BYTES : LOCAL_BYTES + 8] = clocks.astype(">u8").view(np.uint8).reshape(-1, 8)
     record[:, 2 * LOCAL_BYTES :] = np.frombuffer(tail, np.uint8)
-    return extended_traces(traces, record)
+    entering = traces.values if index is None else traces.values.take(pa.array(index))
+    return extended_traces(entering, record)
 
 
 def _pairs(payloads: pa.Array) -> tuple[pa.Array, np.ndarray] | None:
@@ -522,6 +621,11 @@ def _gathered(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.A
     index = np.repeat(starts - offsets[:-1], lengths) + np.arange(int(offsets[-1]))
     buffers = [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(data[index].tobytes())]
     return pa.BinaryArray.from_buffers(pa.binary(), len(starts), buffers)
+
+
+def _whole(column: pa.ChunkedArray) -> pa.Array:
+    """``column`` as one array; a single chunk as it is (``combine_chunks`` copies it)."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
 def _first_of_time(ts: np.ndarray, fronts: np.ndarray) -> np.ndarray:

@@ -200,7 +200,7 @@ def decode_payload(data: bytes | None) -> Any:
     return pickle.loads(data[1:])  # noqa: S301  (our own stages wrote it)
 
 
-def sorted_by_meta(table: pa.Table) -> pa.Table:
+def sorted_by_meta(table: pa.Table, coded_traces: bool = False) -> pa.Table:
     """``table``'s rows sorted by meta: ``(ts, front)``, then ``trace`` as bytes if present.
 
     What the stable ``table.sort_by`` on those columns gives, for less: rows already in
@@ -210,6 +210,11 @@ def sorted_by_meta(table: pa.Table) -> pa.Table:
     packed into one integer where they fit, sorted 16 bits at a time (``stable_order``;
     3 M rows: 0.32 -> 0.16 s and less); and a column holding one value (a stage's target,
     say) is not moved.
+
+    ``coded_traces``: a sorted trace column comes dictionary-encoded (the same values): its
+    indices move instead of every trace's bytes, for a reader that copies the traces anyway
+    (a keyed stage's: ``values_of`` and :mod:`.summed` read either; 1.75 M rows of 24-byte
+    traces: 0.11 -> 0.01 s).
     """
     names = [name for name in ("ts", "front", "trace") if name in table.column_names]
     columns = [table.column(name).combine_chunks() for name in names]
@@ -217,6 +222,7 @@ def sorted_by_meta(table: pa.Table) -> pa.Table:
         return table.sort_by([(name, "ascending") for name in names])
     if ascending(columns):
         return table
+    traces = None
     if len(columns) == 3:
         traces = pc.dictionary_encode(columns[2])
         ranks = pc.rank(traces.dictionary, "ascending")  # distinct values: no ties
@@ -225,8 +231,17 @@ def sorted_by_meta(table: pa.Table) -> pa.Table:
     if order is None:
         keys = pa.table({str(nth): column for nth, column in enumerate(columns)})
         order = pc.sort_indices(keys, [(str(nth), "ascending") for nth in range(len(columns))])
-    moved = {name: _taken(table.column(name), order) for name in table.column_names}
-    return pa.table(moved, schema=table.schema)
+    if not coded_traces or traces is None:
+        moved = {name: _taken(table.column(name), order) for name in table.column_names}
+        return pa.table(moved, schema=table.schema)
+    coded = pa.DictionaryArray.from_arrays(traces.indices.take(order), traces.dictionary)
+    columns = [
+        coded if name == "trace" else _taken(table.column(name), order)
+        for name in table.column_names
+    ]
+    at = table.schema.get_field_index("trace")
+    schema = table.schema.set(at, table.schema.field(at).with_type(coded.type))
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def _packed_order(columns: list[pa.Array]) -> pa.Array | None:
@@ -253,6 +268,9 @@ def stable_order(values: np.ndarray, bound: int) -> np.ndarray:
     sorted 16 bits at a time, least significant first (a stable pass per digit keeps the
     order of the digits below): 2 M keys of 24 bits 0.18 -> 0.05 s.
     """
+    if bound <= 1 << 16:  # one digit: no 64-bit copy to take it from (250k rows: 4.5 -> 2 ms)
+        single: np.ndarray = np.argsort(values.astype(np.uint16), kind="stable")
+        return single
     wide = values.astype(np.uint64, copy=False)
     order: np.ndarray = np.argsort((wide & np.uint64(0xFFFF)).astype(np.uint16), kind="stable")
     for shift in range(16, (max(bound, 1) - 1).bit_length(), 16):
@@ -272,7 +290,7 @@ def _taken(column: pa.ChunkedArray, order: pa.Array) -> pa.ChunkedArray:
         and len(column)
         and not column.null_count
         and column[0] == column[-1]
-        and pc.count_distinct(column).as_py() == 1
+        and pc.all(pc.equal(column, column[0])).as_py()  # (a third of a count_distinct)
     ):
         return column
     return column.take(order)
@@ -305,6 +323,9 @@ def time_starts(ts: np.ndarray, fronts: np.ndarray) -> np.ndarray:
 def ascending(columns: list[pa.Array]) -> bool:
     """Whether the rows' keys (columns without nulls, most significant first) never fall."""
     rows = len(columns[0])
+    first, later = columns[0].slice(0, rows - 1), columns[0].slice(1)
+    if len(columns) > 1 and pc.any(pc.less(later, first)).as_py():
+        return False  # the most significant key falls: a shuffle's rows, found at once
     after_all: Any = True  # rows whose later keys tie: so far none decides
     for column in reversed(columns):
         before, after = column.slice(0, rows - 1), column.slice(1)

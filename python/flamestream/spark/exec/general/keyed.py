@@ -23,7 +23,7 @@ batch id and the state lives for the task only.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
@@ -105,14 +105,21 @@ def key_partition(batches: list[pa.RecordBatch], grouping: str) -> int:
     return int(lowest)
 
 
-def _items_of(tables: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
-    """The shuffled rows as item rows: blocks opened (:mod:`.blocks`), packed rows unpacked."""
+def _items_of(
+    tables: list[pa.RecordBatch], columns: Sequence[str] | None = None
+) -> list[pa.RecordBatch]:
+    """The shuffled rows as item rows: blocks opened (:mod:`.blocks`), packed rows unpacked.
+
+    ``columns``: the columns the caller reads; packed rows unpack only those (the others,
+    a stage's ``value`` and ``key``, would be repeated per occurrence for nothing).
+    """
     if is_blocked(tables[0].schema):
         tables = opened(tables)
     if tables and is_packed(tables[0].schema):  # batch by batch, each freed once unpacked
         packed, tables = tables, []
         while packed:
-            tables.append(unpack(packed.pop()))
+            rows = packed.pop()
+            tables.append(unpack(rows if columns is None else rows.select(list(columns))))
     return tables
 
 
@@ -173,6 +180,14 @@ class KeyedRunner:
         self.swaps = swaps
         self._versions: dict[str, Versions] = {}  # the current task's swapped steps
 
+    def keep_only(self, columns: Collection[str]) -> None:
+        """The stage's rows are read for ``columns`` of the released rows only (its sink's).
+
+        A sink that writes no determinant (``columns=value``) does not need one made per
+        row: see ``Exits.determinants``.
+        """
+        self.exits.determinants = bool({"source", "position"} & set(columns))
+
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """All of the partition's rows, in meta order, then the rows leaving the stage.
 
@@ -206,9 +221,9 @@ class KeyedRunner:
             return
         # 1. the task
         partition = key_partition(tables, self.grouping.step_id)
-        tables = _items_of(tables)
         batch_id = batch_id_of_task()
         io = self.state_io if batch_id >= 0 else TaskLocal(self.grouping)
+        tables = _items_of(tables, [*_INPUT_COLUMNS, *(["key"] if io.counts_keys else [])])
         self._router, self._task = None, (partition, batch_id)
         self._layout = io.layout(batch_id) if io.durable else None
         self._versions = self.swaps.versions(batch_id, self.steps.values()) if self.swaps else {}
@@ -221,7 +236,9 @@ class KeyedRunner:
         # 4. deliver (the rows as shuffled are dropped once sorted: a batch may be big; a
         # column of theirs would keep their whole Arrow message, so keys are copied)
         keys = [pa.concat_arrays([t.column("key") for t in tables])] if io.counts_keys else []
-        table = sorted_by_meta(pa.Table.from_batches(tables).select(_INPUT_COLUMNS))
+        table = sorted_by_meta(
+            pa.Table.from_batches(tables).select(_INPUT_COLUMNS), coded_traces=True
+        )
         del tables
         for output in self._runs(table, state, min_time):
             if output.num_rows:

@@ -502,6 +502,11 @@ class Exits:
         #: map's ``(0, 0)``): a bulk path handing columns may append it to the traces it
         #: makes, one copy of every trace instead of two (``ReducedColumns.traced`` says so)
         self.suffixes: Mapping[str, bytes] = {}
+        #: whether the rows a keyed stage yields for those rendering tails must carry their
+        #: determinant (source, position); False when their one reader writes none (a sink
+        #: with ``columns=value``: ``KeyedRunner.keep_only``) and no user function can
+        #: name it in an error: the bulk path then leaves the two columns null
+        self.determinants = True
         #: per keyed entry, the grouping whose key function it applies (for errors)
         self.groupings = {dest: _grouping_of(graph, dest, fn) for dest, fn in self.keys.items()}
 

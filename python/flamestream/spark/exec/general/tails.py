@@ -13,7 +13,7 @@ here or anywhere in a graph (the reference runtime passes objects on the same wa
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -42,6 +42,10 @@ class WithTails:
             if tail.rendered is not None
             for entry in tail.stage.entries
         }
+
+    def keep_only(self, columns: Collection[str]) -> None:
+        """The rows yielded are read for ``columns`` only (``KeyedRunner.keep_only``)."""
+        self.keyed.keep_only(columns)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """The keyed stage's output with every tail's rows run through the tail."""
