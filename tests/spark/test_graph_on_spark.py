@@ -355,6 +355,12 @@ def test_the_empty_graph_sends_the_sink_blocks_of_rendered_rows(
         assert [(r.ts, r.front, r.source, r.position) for r in rows] == meta
         assert [r.value for r in rows] == [render(r.value) for r in ways["direct"]]
         assert {(r.sink, r.trace, r.flags) for r in rows} == {("out", "", 0)}
+    # the sink writing values only: the same values, nothing else
+    checkpoint = str(tmp_path / "values" / "ck")
+    writer = graph.write_stream(reader, checkpoint_location=checkpoint)
+    run_writer(writer, tmp_path / "values" / "out", release=release, columns="value")
+    values = [vars(r) for r in read_rows(tmp_path / "values" / "out")]
+    assert values == [{"value": r.value} for r in ways["write_stream"]]
 
 
 def test_graph_output_goes_through_the_barrier_sink_in_meta_order(

@@ -71,7 +71,7 @@ from flamestream.spark.exec.general.items import (
     ascending,
 )
 from flamestream.spark.exec.general.shipping import OPTION as STAGE_OPTION
-from flamestream.spark.exec.general.shipping import unship
+from flamestream.spark.exec.general.shipping import SinkTask, unship
 from flamestream.spark.exec.worker.worker_setup import setup_worker
 
 #: ts above this (2001 in µs) come from the wall clock, not ``clock=logical``.
@@ -532,7 +532,7 @@ class BarrierWriter(DataSourceStreamArrowWriter):
     def __init__(self, output: SinkOutput, options: OptionReader, schema: StructType) -> None:
         #: a graph's last keyed stage, run here on the shuffled rows (``write_stream``)
         stage = options.raw(STAGE_OPTION)
-        self.stage = unship(stage) if stage else None
+        self.stage: SinkTask | None = unship(stage) if stage else None
         missing = [c for c in REQUIRED_COLUMNS if c not in schema.fieldNames()]
         if missing and self.stage is None:  # a stage's input may be blocks (exec.shuffle.blocks)
             raise ConfigError(

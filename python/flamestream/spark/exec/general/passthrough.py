@@ -19,7 +19,7 @@ an empty trace, no flags, the record's determinant.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -140,6 +140,9 @@ class OpenedBlocks:
 
     Runs in the sink's write tasks (executors); the rows share the blocks' memory.
     """
+
+    def keep_only(self, columns: Collection[str]) -> None:
+        """Nothing to spare: the fronts made the rows (the sink drops what it does not write)."""
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """The item rows of each batch of block rows, in the order they were read."""

@@ -11,10 +11,28 @@ from __future__ import annotations
 
 import base64
 import zlib
-from typing import Any
+from collections.abc import Collection, Iterator
+from typing import Any, Protocol
+
+import pyarrow as pa
 
 #: The internal option that carries a stage's work to a front or the sink.
 OPTION = "graphStage"
+
+
+class SinkTask(Protocol):
+    """The work ``write_stream`` ships to the sink's write tasks (run on executors).
+
+    A keyed stage with its tails (``WithTails``, ``KeyedRunner``) or, for the empty graph,
+    the opening of the fronts' blocks (``passthrough.OpenedBlocks``). Called with the task's
+    input batches, it yields item rows bound for the sink, in meta order within each run.
+    """
+
+    def keep_only(self, columns: Collection[str]) -> None:
+        """Only ``columns`` of the released rows are kept by the sink (called before any rows)."""
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """The item rows the task's input batches make."""
 
 
 def ship(work: Any) -> str:
