@@ -136,14 +136,21 @@ class FrontStage:
         entering = self._entering(rows)
         return self.runner.packed(entering) if packed else self.runner.run(entering)
 
-    def _entering(self, rows: pa.RecordBatch) -> pa.RecordBatch:
-        """Front rows as items entering the graph: empty trace, tagged payload, no flags."""
+    def _entering(self, rows: pa.RecordBatch, rendered: pa.Array | None = None) -> pa.RecordBatch:
+        """Front rows as items entering the graph: empty trace, tagged payload, no flags.
+
+        ``rendered``: the rows' values as a sink gets them (the empty graph's text), which
+        they then carry instead of a payload.
+        """
         n = rows.num_rows
-        value = rows.column(self.payload)
-        tag = TEXT_TAG if pa.types.is_string(value.type) else BYTES_TAG
-        payload = pc.binary_join_element_wise(
-            pa.scalar(tag, pa.binary()), value.cast(pa.binary()), pa.scalar(b"", pa.binary())
-        )
+        if rendered is None:
+            value = rows.column(self.payload)
+            tag = TEXT_TAG if pa.types.is_string(value.type) else BYTES_TAG
+            payload = pc.binary_join_element_wise(
+                pa.scalar(tag, pa.binary()), value.cast(pa.binary()), pa.scalar(b"", pa.binary())
+            )
+        else:
+            payload = pa.nulls(n, pa.binary())
         columns = {
             "ts": rows.column("ts"),
             "front": rows.column("front"),
@@ -154,7 +161,7 @@ class FrontStage:
             "to": pa.repeat(pa.scalar(self.entry, pa.string()), n),
             "key": pa.nulls(n, pa.binary()),
             "payload": payload,
-            "value": pa.nulls(n, pa.string()),
+            "value": pa.nulls(n, pa.string()) if rendered is None else rendered,
         }
         return pa.RecordBatch.from_arrays(list(columns.values()), schema=ITEM_SCHEMA)
 

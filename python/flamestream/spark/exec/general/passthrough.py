@@ -113,26 +113,8 @@ class PassthroughFront(FrontStage):
         """Front rows as the item rows the sink releases (text payloads are not copied)."""
         value = rows.column(self.payload)
         if self.render is None and pa.types.is_string(value.type):
-            return _text_items(rows, self.entry, value)
+            return self._entering(rows, rendered=value)
         return released_items(self._entering(rows), self.render)
-
-
-def _text_items(rows: pa.RecordBatch, sink: str, value: pa.Array) -> pa.RecordBatch:
-    """Front rows of text released by the default render: the text is the value."""
-    n = rows.num_rows
-    columns = {
-        "ts": rows.column("ts"),
-        "front": rows.column("front"),
-        "trace": pa.repeat(pa.scalar(b"", pa.binary()), n),
-        "flags": pa.repeat(pa.scalar(0, pa.int8()), n),
-        "source": rows.column("source"),
-        "position": rows.column("position"),
-        "to": pa.repeat(pa.scalar(sink, pa.string()), n),
-        "key": pa.nulls(n, pa.binary()),
-        "payload": pa.nulls(n, pa.binary()),
-        "value": value,
-    }
-    return pa.RecordBatch.from_arrays(list(columns.values()), schema=ITEM_SCHEMA)
 
 
 class OpenedBlocks:
