@@ -252,6 +252,13 @@ class Shim:
         parallelism = reply.get("parallelism")
         return dict(reply["conf"]), int(parallelism) if parallelism else None
 
+    def spark_conf(self, keys: list[str]) -> dict[str, str]:
+        """The values of Spark confs ``keys``: the default session's SQL conf over Spark's.
+
+        A SQL conf's default counts as a value; keys without one are left out.
+        """
+        return dict(self.request("sparkConf", keys=list(keys))["values"])
+
     def push_metrics(self, scope: str, values: Mapping[str, float]) -> None:
         """Set gauges ``<scope>.<name>`` in Spark's metrics system (best effort)."""
         with contextlib.suppress(ShimError):  # metrics must never fail a batch
@@ -337,6 +344,22 @@ def conf_defaults(shim: Shim | None = None) -> dict[str, str]:
     if parallelism and not any(key.lower() == "readtasks" for key in defaults):
         defaults["readTasks"] = str(parallelism)
     return defaults
+
+
+def spark_confs(keys: list[str], shim: Shim | None = None) -> dict[str, str]:
+    """The values of Spark's own confs ``keys`` in this application (set, or defaults).
+
+    Empty without a running shim: callers then take Spark's defaults. For the driver host's
+    Python processes, which have no session: a sink that keeps a log Spark reads mirrors
+    Spark's settings for it.
+    """
+    shim = shim if shim is not None else Shim.find()
+    if shim is None:
+        return {}
+    try:
+        return shim.spark_conf(keys)
+    except (ShimError, KeyError):  # an older shim jar answers "unknown op"
+        return {}
 
 
 def main(argv: list[str]) -> int:

@@ -49,6 +49,8 @@ class _Countdown:
 
     budget: ClassVar[int | None] = None
     done: ClassVar[int] = 0
+    #: called before every changing operation: a reader looking at each state in turn
+    watch: ClassVar[Callable[[], None] | None] = None
 
     @classmethod
     def arm(cls, budget: int | None) -> None:
@@ -56,6 +58,8 @@ class _Countdown:
 
     @classmethod
     def step(cls) -> None:
+        if _Countdown.watch is not None:
+            _Countdown.watch()
         _Countdown.done += 1
         if _Countdown.budget is not None and _Countdown.done >= _Countdown.budget:
             _Countdown.budget = None  # the process is gone: the next run starts afresh
@@ -122,6 +126,13 @@ class CrashingObjectStore(LocalFileSystem):
 
     def makedirs(self, path: str, exist_ok: bool = False) -> None:
         """An object store has no folders: nothing to make (and nothing to count)."""
+
+    def pipe_file(self, path: str, value: bytes, *args: Any, **kwargs: Any) -> None:
+        """An object named ``…/`` is a folder marker: a folder here."""
+        if path.endswith("/") and not value:
+            Path(self._strip_protocol(path)).mkdir(parents=True, exist_ok=True)
+            return
+        super().pipe_file(path, value, *args, **kwargs)
 
 
 KINDS = {"posix": CrashingPosix, "object": CrashingObjectStore}

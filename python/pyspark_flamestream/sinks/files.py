@@ -13,8 +13,15 @@ which Spark and most readers skip). The batch's commit publishes the parts its c
 name, those of the successful attempts (a rename; on an object store a server-side copy,
 then a delete), and then removes every other file of the batch: visible parts an earlier
 attempt of the batch published and this one did not, hidden parts of attempts that failed or
-were killed by a crash. So a replayed batch overwrites its own files, readers never see a
-duplicate, and a restart clears what its crashed attempt left, on any store.
+were killed by a crash. So a replayed batch overwrites its own files, and a restart clears
+what its crashed attempt left, on any store.
+
+Once a batch's commit is marked, the sink logs the batch's files in Spark's file sink log,
+``<path>/_spark_metadata/`` (:mod:`flamestream.spark.durable.sink_log`): Spark's readers of
+the folder (``spark.read.json(path)``, ``spark.readStream`` on it) read only the files it
+names, so they see whole committed batches at any moment, never a batch half published or a
+part an earlier attempt of a replayed batch left. A reader listing the folder itself sees
+what is there; :func:`committed_files` gives the files the log names, for other readers.
 
 Options: ``path`` (required), ``format`` (``json`` or ``parquet``), ``release`` (``commit``
 or ``tasks``), plus the common sink options (``checkpointLocation``, ``stateLocation``,
@@ -27,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import json
 import posixpath
+import re
 import struct
 from typing import Any
 
@@ -36,17 +44,36 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from flamestream.errors import ConfigError
+from flamestream.jvm import spark_confs
+from flamestream.spark.connector.faults import crash_point
 from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.connector.sink import PartWriter, SinkOutput
 from flamestream.spark.durable import (
     attempt_of_task,
     listing,
+    listing_details,
     open_atomically,
     publish_file,
     remove,
     renames_atomically,
 )
 from flamestream.spark.durable.files import TEMPORARY, abandon
+from flamestream.spark.durable.sink_log import (
+    DEFAULT_INTERVAL,
+    DELETION_CONF,
+    INTERVAL_CONF,
+    METADATA_DIR,
+    LoggedFile,
+    SinkLog,
+    committed_files,
+    log_state,
+    modified_ms,
+)
+
+__all__ = ["FilesOutput", "committed_files"]
+
+#: A released file's name: ``part-<batch>[-<partition>[-<run>]].<jsonl|parquet>``.
+_RELEASED = re.compile(r"^part-(\d{12})(?:-\d{5}(?:-\d+)?)?\.(?:jsonl|parquet)$")
 
 
 class FilesOutput(SinkOutput):
@@ -59,7 +86,10 @@ class FilesOutput(SinkOutput):
         self.path = options.string("path", required=True, what="directory URL").rstrip("/")
         self.format = options.choice("format", ["json", "parquet"], "json")
         self.suffix = "jsonl" if self.format == "json" else "parquet"
+        self.step = options.step
         self._check_path(options)
+        #: the log of committed files Spark's readers go by; its settings are read at start
+        self.log = SinkLog(self.path)
 
     def _check_path(self, options: OptionReader) -> None:
         """Fail before the query starts if ``path`` cannot become the output directory.
@@ -82,6 +112,83 @@ class FilesOutput(SinkOutput):
             shown = fs.unstrip_protocol(where)
             found = "is a file" if where == root else f"has a file in its way: {shown}"
             raise ConfigError(options.step, "path", self.path, f"{allowed}; it {found}")
+
+    def prepare(self, marked: int) -> None:
+        """Get the log ready for the batches after ``marked`` (query start, driver).
+
+        1. Spark's settings for its sink log (through the JVM shim, when it runs): the
+           interval of a new log and whether old log files are deleted.
+        2. The log's interval (a log with compactions keeps theirs) and its newest batch.
+        3. A log ahead of the sink's markers is not this checkpoint's (a batch is logged
+           only after its marker): refused, before this query's batches overwrite files
+           with the names of that log's.
+        4. A log behind them (a folder written before the sink kept one, or a log removed)
+           is rebuilt from the folder's files of the marked batches.
+        5. The log's folder made: Spark's readers go by the log from the first file on.
+        """
+        # 1. Spark's settings
+        conf = spark_confs([INTERVAL_CONF, DELETION_CONF])
+        default = _interval(self.step, conf.get(INTERVAL_CONF))
+        deletion = conf.get(DELETION_CONF, "true").strip().lower() != "false"
+        # 2. the log as it is
+        interval, latest = log_state(self.path, default)
+        self.log = SinkLog(self.path, interval, deletion)
+        # 3. another query's log
+        if latest > marked:
+            raise ConfigError(
+                self.step,
+                "path",
+                self.path,
+                f"a folder without a {METADATA_DIR} log, or with this checkpoint's: it logs "
+                f"batches up to {latest}, this checkpoint's sink committed "
+                + (f"up to {marked}" if marked >= 0 else "none")
+                + " (another query's output?); write to a new path, or remove that one",
+            )
+        # 4. rebuilt
+        if latest < marked:
+            self.log.rebuild(marked, latest, self._released_files(marked))
+        # 5. the folder
+        self.log.make_folder()
+
+    def _released_files(self, newest: int) -> dict[int, list[LoggedFile]]:
+        """The released files in the folder of each batch up to ``newest``: one listing."""
+        fs, root = fsspec.core.url_to_fs(self.path)
+        return self._logged(fs, listing_details(fs, root, "part-"), range(newest + 1))
+
+    def _logged(
+        self, fs: Any, infos: list[dict[str, Any]], batches: range
+    ) -> dict[int, list[LoggedFile]]:
+        """The released files among ``infos`` (listing entries) of ``batches``, by batch."""
+        found: dict[int, list[LoggedFile]] = {}
+        for info in sorted(infos, key=lambda i: str(i["name"])):
+            name = posixpath.basename(str(info["name"]).rstrip("/"))
+            match = _RELEASED.match(name)
+            if match and int(match.group(1)) in batches:
+                logged = LoggedFile(
+                    self.log.file_uri(name), int(info["size"]), modified_ms(fs, info)
+                )
+                found.setdefault(int(match.group(1)), []).append(logged)
+        return found
+
+    def committed(self, batch_id: int, replayed: bool) -> None:
+        """Log the batch's released files (its marker is written): Spark's readers read them.
+
+        The files are those visible under the batch's names: the commit released and
+        published them before its marker, and removed every other file of the batch. A
+        replay finding the marker changes none of them, and logs them only if a crash came
+        before the log was written. One prefix listing and one write (a compaction reads the
+        log files since the one before).
+        """
+        if replayed and self.log.has(batch_id):
+            return
+        fs, root = fsspec.core.url_to_fs(self.path)
+        infos = listing_details(fs, root, f"part-{batch_id:012d}")
+        files = self._logged(fs, infos, range(batch_id, batch_id + 1))
+        self.log.add(batch_id, files.get(batch_id, []))
+
+    def forget_before(self, batch_id: int) -> None:
+        """Delete the log files readers no longer need (``SinkLog.forget_before``)."""
+        self.log.forget_before(batch_id)
 
     def release(self, batch_id: int, rows: pa.Table) -> None:
         """Write the batch's file atomically."""
@@ -121,6 +228,7 @@ class FilesOutput(SinkOutput):
                 publish_file(
                     fs, posixpath.join(root, hidden), posixpath.join(root, _visible(hidden))
                 )
+            crash_point("sink.commit.published", batch_id)  # (at the first part)
         self._clear(fs, root, batch_id, {_visible(hidden) for hidden in parts})
 
     def _clear(self, fs: Any, root: str, batch_id: int, keep: set[str] | None) -> None:
@@ -183,6 +291,15 @@ class _FilesPart(PartWriter):
         if self.writer is not None:  # closed first: else it writes its footer when collected
             self.writer.close()
         abandon(self.fs, self.out, self.own)
+
+
+def _interval(step: str, value: str | None) -> int:
+    """The compaction interval Spark's conf ``value`` sets (unset: Spark's default)."""
+    if value is None:
+        return DEFAULT_INTERVAL
+    if not value.strip().isdigit() or int(value) < 1:  # Spark's own file sink refuses it too
+        raise ConfigError(step, INTERVAL_CONF, value, "a positive integer (10 by default)")
+    return int(value)
 
 
 def _hidden(name: str, attempt: int) -> str:

@@ -12,7 +12,9 @@ sequence number, equal to it when the query has one source): ``front.plan`` (an 
 computed, before Spark logs it), ``front.read``
 (a read task has produced part of its range), ``sink.write`` (a write task staged its rows),
 ``sink.commit.start``, ``sink.commit.released`` (output written, marker not yet),
-``sink.commit.marked`` (marker written, Spark's commit log not yet); and in the kafka sink,
+``sink.commit.marked`` (marker written; the output's readers not told yet, Spark's commit log
+not yet); in the files sink with ``release=tasks``, ``sink.commit.published`` (the first of
+the batch's parts published, the others not yet); in the kafka sink,
 ``sink.kafka.in_transaction`` (records sent in the batch's transaction, not committed); and
 in graphs' keyed stages, ``graph.keyed.saved`` (a task wrote its state snapshot, its output
 not yet sent on); in graphs with a loop channel, ``graph.loop.sent`` (a task wrote the items it

@@ -77,6 +77,15 @@ from flamestream.spark.exec.worker.worker_setup import setup_worker
 #: ts above this (2001 in µs) come from the wall clock, not ``clock=logical``.
 WALL_CLOCK_FLOOR = 10**15
 
+#: The sink's retention (``BarrierWriter._retain``) runs at every batch whose id + 1 is a
+#: multiple of this. It lists Spark's offset log, the markers and the output's log (and the
+#: ack tables of a graph with loops): three LISTs a batch on an object store at every batch,
+#: 0.3 at every 10th. What it keeps grows by at most 9 batches: 109 with Spark's default
+#: ``minBatchesToRetain`` of 100, under 10% more, and bounded all the same. 10 is also Spark's
+#: default compaction interval of its file sink log, whose old files can only go at a
+#: compaction (``+ 1`` puts the run right after one): a shorter period would list for nothing.
+RETAIN_EVERY = 10
+
 
 #: Columns a barrier sink needs: the global time of every row.
 REQUIRED_COLUMNS = ("ts", "front")
@@ -285,6 +294,23 @@ class SinkOutput:
     def discard(self, batch_id: int, parts: list[str]) -> None:
         """Remove written ``parts`` of a batch whose commit was done before (a replay)."""
         raise NotImplementedError
+
+    def prepare(self, marked: int) -> None:
+        """Get ready at query start (driver) for the batches after ``marked``.
+
+        ``marked``: the newest batch the sink's commit marked done (-1: none). Called once the
+        options are validated and the destination probed (:meth:`check`).
+        """
+
+    def committed(self, batch_id: int, replayed: bool) -> None:
+        """Tell the output's readers that batch ``batch_id`` is committed (it is marked).
+
+        Step 7 of :meth:`~flamestream.spark.durable.barrier.BarrierStore.commit`: after the
+        marker, and again on a replay that finds it (``replayed``), so idempotent.
+        """
+
+    def forget_before(self, batch_id: int) -> None:
+        """Drop what the output keeps for its readers of batches before ``batch_id`` only."""
 
 
 def _ready(rows: pa.Table, min_time: GlobalTime) -> pa.Array:
@@ -639,32 +665,45 @@ class BarrierWriter(DataSourceStreamArrowWriter):
                 self.output.publish(batch_id, written)
             crash_point("sink.commit.released", batch_id)
 
+        def committed(batch_id: int, replayed: bool) -> None:
+            if replayed and written:  # the batch's new hidden parts: it was released before
+                self.output.discard(batch_id, written)
+            crash_point("sink.commit.marked", batch_id)
+            self.output.committed(batch_id, replayed)
+
+        # the commit protocol, its steps in one place: BarrierStore.commit
         outcome = self.store.commit(
             batchId,
             parts,
             min_time,
             release,
             released_in_tasks=sum(m.released_rows for m in staged),
+            committed=committed,
         )
-        if outcome.skipped and written:
-            self.output.discard(batchId, written)
-        crash_point("sink.commit.marked", batchId)
         self._retain(batchId)
         self._push_metrics(outcome, offsets)
+
+    def start(self) -> None:
+        """Get the output ready for this query's batches (query start, driver)."""
+        self.output.prepare(self.store.newest_marked())
 
     def _retain(self, batch_id: int) -> None:
         """Drop what no restart can need any more, in step with Spark's own logs.
 
         Spark keeps ``minBatchesToRetain`` batches of its offset and commit logs; the sink's
-        markers and the graph's cached ack tables of batches before the oldest it keeps go
-        (the staging, pending, loop, slot and state files are bounded by their own stores).
-        A few listings of folders that stay that small: bounded work per batch.
+        markers, the graph's cached ack tables and the output's old log files of batches
+        before the oldest it keeps go (the staging, pending, loop, slot and state files are
+        bounded by their own stores). Every :data:`RETAIN_EVERY` batches: a few listings of
+        folders that stay small, one a batch on average at most.
         """
+        if (batch_id + 1) % RETAIN_EVERY:
+            return
         checkpoint = QueryCheckpoint(self.checkpoint)
         before = checkpoint.retained_from(batch_id, KEEP_MARKERS)
         self.store.forget_before(before)
         if loops_enabled(self.checkpoint):
             AckTable(checkpoint.graph_url).collect(before)
+        self.output.forget_before(before)
 
     def _push_metrics(self, outcome: CommitOutcome, offsets: list[dict[str, Any]]) -> None:
         """The barrier's gauges, through the JVM shim if this application runs one."""

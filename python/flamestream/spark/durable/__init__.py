@@ -17,6 +17,7 @@ from flamestream.spark.durable.checkpoint import (
 from flamestream.spark.durable.files import (
     filesystem,
     listing,
+    listing_details,
     numbered,
     numbered_paths,
     open_atomically,
@@ -35,6 +36,7 @@ __all__ = [
     "batch_id_of_task",
     "filesystem",
     "listing",
+    "listing_details",
     "numbered",
     "numbered_paths",
     "open_atomically",

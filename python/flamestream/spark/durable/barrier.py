@@ -15,8 +15,10 @@ crashed attempt staged is never read, and goes with its batch's folder.
 A batch's commit is a pure function of (the previous batch's pending rows, the batch's staged
 rows, the batch's min-time), so running it again after a crash gives the same release, and
 outputs named by batch id are overwritten, never duplicated. The commit decision is the
-marker, one atomic write: once it exists, a replayed commit does nothing. Markers are kept in
-step with Spark's offset log (:meth:`BarrierStore.forget_before`).
+marker, one atomic write: once it exists, a replayed commit releases nothing. What the
+output's readers are told of a batch (the files sink's ``_spark_metadata`` log) follows the
+marker, so it names committed output only (:meth:`BarrierStore.commit`, step 7). Markers are
+kept in step with Spark's offset log (:meth:`BarrierStore.forget_before`).
 
 The min-time comes from Spark's offset log, ``checkpoint/offsets/<batch>``: every flamestream
 front's end offset carries its report (see :mod:`flamestream.spark.connector.front`).
@@ -24,7 +26,6 @@ front's end offset carries its report (see :mod:`flamestream.spark.connector.fro
 
 from __future__ import annotations
 
-import contextlib
 import json
 import posixpath
 from collections.abc import Callable, Sequence
@@ -110,31 +111,45 @@ class BarrierStore:
         release: Callable[[int, pa.Table | None], None],
         *,
         released_in_tasks: int = 0,
+        committed: Callable[[int, bool], None] | None = None,
     ) -> CommitOutcome:
         """Merge staged rows into the buffer and release what is below ``min_time``.
 
         ``release`` is called once, with the rows to release (None if there are none), unless
         the batch was marked done before; ``released_in_tasks`` rows were released by the
-        write tasks themselves (they count in the marker).
+        write tasks themselves (they count in the marker). ``committed(batch, replayed)`` is
+        called once the marker exists, by this commit or (``replayed``) a commit before it:
+        it tells the output's readers, and must be idempotent.
 
         The protocol, step by step; a crash between any two steps is safe, because everything
-        before the marker is a pure function of durable files and is simply done again:
+        before the marker is a pure function of durable files and is simply done again, and
+        everything after it is idempotent:
 
-        1. If the batch's marker exists, the batch was committed: return what it recorded
-           (a replayed commit releases nothing twice).
+        1. If the batch's marker exists, the batch was committed: go to step 7 with what it
+           recorded (a replayed commit releases nothing twice).
         2. Merge the previous marker's pending rows with this batch's staged parts.
         3. Drop tombstones and the versions a newer one in the buffer invalidates.
         4. Split at ``min_time``: what is below is released in meta order; the rest is
            written as this batch's pending file (a repeat writes the same file).
         5. Release (outputs are named by batch id: a repeat overwrites).
-        6. Write the marker, atomically: from now on step 1 answers.
-        7. Delete staging and pending files that no commit can need any more.
+        6. Write the marker, atomically: the commit decision. From now on step 1 answers.
+        7. Tell the output's readers (``committed``): the files sink logs the batch's files
+           for Spark's readers (``_spark_metadata``), which then see it whole. After the
+           marker, so that what readers are told is decided; on a replay as well, so that a
+           crash between 6 and 7 is made good.
+        8. Delete staging and pending files that no commit can need any more.
         """
         fs, root = self._fs()
         marker = posixpath.join(root, "commits", f"{batch_id:012d}.json")
         # 1. committed before? (read, not listed: an object store's listing may be cached)
-        with contextlib.suppress(FileNotFoundError):
-            return _outcome(batch_id, json.loads(fs.cat_file(marker)))
+        try:
+            recorded = json.loads(fs.cat_file(marker))
+        except FileNotFoundError:
+            recorded = None
+        if recorded is not None:
+            if committed is not None:  # 7. (again: a crash may have come before it)
+                committed(batch_id, True)
+            return _outcome(batch_id, recorded)
         # 2. merge
         buffered = self._buffered(fs, root, batch_id, parts)
         # 3. drop what is invalidated
@@ -161,7 +176,10 @@ class BarrierStore:
             "dropped": dropped,
         }
         write_atomically(fs, marker, json.dumps(record).encode())
-        # 7. collect
+        # 7. tell the readers
+        if committed is not None:
+            committed(batch_id, False)
+        # 8. collect
         self._collect(fs, root, batch_id)
         return _outcome(batch_id, record, skipped=False)
 
@@ -175,6 +193,12 @@ class BarrierStore:
             tables.append(_read_arrow(fs, previous["pendingPath"]))
         tables += [_read_arrow(fs, p.path) for p in parts if p is not None and p.rows]
         return pa.concat_tables(tables, promote_options="default") if tables else None
+
+    def newest_marked(self) -> int:
+        """The newest batch whose commit is marked (-1: none yet). One listing."""
+        fs, root = self._fs()
+        batches = numbered(fs, posixpath.join(root, "commits"), ".json")
+        return batches[-1] if batches else -1
 
     def pending_rows(self) -> int:
         """Rows buffered after the newest committed batch."""

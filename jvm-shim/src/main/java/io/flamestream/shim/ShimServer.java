@@ -30,7 +30,9 @@ import scala.jdk.javaapi.CollectionConverters;
  * secret from the rendezvous file, which only this machine's user can read.
  *
  * <p>Operations: {@code hello} (versions), {@code conf} ({@code spark.flamestream.*} of the
- * default session, over the Spark configuration, and the context's default parallelism), {@code progress} (optionally only events
+ * default session, over the Spark configuration, and the context's default parallelism),
+ * {@code sparkConf} (the values of the named Spark confs that are set, likewise: the few of
+ * Spark's own a sink mirrors), {@code progress} (optionally only events
  * containing {@code match}, the {@code last} few) and {@code tasks} (what the listeners
  * collected), {@code metrics} (set gauges), {@code gauges} (their values), {@code executors}
  * (the application's live executors and their cores).
@@ -135,6 +137,7 @@ final class ShimServer implements Runnable {
           reply.put("parallelism", session.get().sparkContext().defaultParallelism());
         }
       }
+      case "sparkConf" -> reply.put("values", namedConf(request.path("keys")));
       case "progress" -> reply.put(
           "progress",
           telemetry.progress(request.path("match").asText(""), request.path("last").asInt(0)));
@@ -152,6 +155,25 @@ final class ShimServer implements Runnable {
       case "executors" -> reply.putAll(executors.snapshot());
       default -> reply.put("error", "unknown op: " + op);
     }
+  }
+
+  /** The named confs that are set: the default session's SQL conf over the Spark conf. */
+  private Map<String, String> namedConf(JsonNode keys) {
+    Map<String, String> conf = new TreeMap<>();
+    Option<SparkSession> session = SparkSession.getDefaultSession();
+    for (JsonNode key : keys) {
+      String name = key.asText();
+      Option<String> value = session.isDefined()
+          ? session.get().conf().getOption(name)
+          : Option.empty();
+      if (value.isEmpty()) {
+        value = sparkConf.getOption(name);
+      }
+      if (value.isDefined()) {
+        conf.put(name, value.get());
+      }
+    }
+    return conf;
   }
 
   /** Spark configuration first, then the default session's SQL conf (SET wins). */
