@@ -32,7 +32,8 @@ from .sessions import local_session
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Every crash point, in the order a batch reaches them (``front.plan`` computes the batch's
-#: end offset; the kafka sink's transaction runs inside the release).
+#: end offset; the kafka sink's transaction and the files sink's publishing of its parts run
+#: inside the release).
 PIPELINE = (
     "front.plan",
     "control.plan",
@@ -43,6 +44,7 @@ PIPELINE = (
     "sink.write",
     "sink.commit.start",
     "sink.kafka.in_transaction",
+    "sink.commit.published",
     "sink.commit.released",
     "sink.commit.marked",
 )

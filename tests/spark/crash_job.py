@@ -1,6 +1,7 @@
 """A files -> files flamestream query run as a child process by the crash tests.
 
     python -m tests.spark.crash_job <input dir> <output dir> <checkpoint dir> [<master>] [<release>]
+        [<read tasks>]
 
 With a master such as ``local-cluster[2,1,1024]``, executors are separate JVMs; the
 ``FLAMESTREAM_CRASH_*`` variables of this process are then handed to them as executor
@@ -8,7 +9,8 @@ environment, so a crash point can kill one executor (see flamestream.spark.conne
 
 Runs with Trigger.AvailableNow and maxRecordsPerTrigger, so the same input always makes the
 same batches; ``clock=logical`` makes the global times depend on the input alone. ``release``
-is the sink's release mode (``commit`` or ``tasks``).
+is the sink's release mode (``commit`` or ``tasks``); ``read tasks`` the front's ``readTasks``
+(how a batch's sources are packed into tasks: with ``release=tasks``, the shape of its parts).
 """
 
 from __future__ import annotations
@@ -25,17 +27,22 @@ RECORDS_PER_BATCH = 10
 
 
 def start(
-    spark: SparkSession, source: str, out: str, checkpoint: str, release: str = "commit"
+    spark: SparkSession,
+    source: str,
+    out: str,
+    checkpoint: str,
+    release: str = "commit",
+    read_tasks: str = "",
 ) -> StreamingQuery:
     """Start the query on ``spark``."""
-    df = (
+    reader = (
         spark.readStream.format("flamestream")
         .option("front", "files")
         .option("path", source)
         .option("maxRecordsPerTrigger", RECORDS_PER_BATCH)
         .option("clock", "logical")
-        .load()
     )
+    df = (reader.option("readTasks", read_tasks) if read_tasks else reader).load()
     return (
         df.writeStream.format("flamestream")
         .option("sink", "files")
@@ -48,10 +55,15 @@ def start(
 
 
 def main(
-    source: str, out: str, checkpoint: str, master: str = "local[2]", release: str = "commit"
+    source: str,
+    out: str,
+    checkpoint: str,
+    master: str = "local[2]",
+    release: str = "commit",
+    read_tasks: str = "",
 ) -> None:
-    job_main(lambda spark: start(spark, source, out, checkpoint, release), master)
+    job_main(lambda spark: start(spark, source, out, checkpoint, release, read_tasks), master)
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:6])
+    main(*sys.argv[1:7])
