@@ -69,6 +69,13 @@ def main(base: Path) -> dict[str, Any]:
     out["setOverFile"] = run("setfile", controller="on", minRecordsPerTrigger=10)
     out["optionOverSet"] = run("optset", controller="on", targetLatencyMs=7000)
     out["packed"] = run("packed", partitions=4)  # 4 sources, readTasks = parallelism = 2
+    # Spark's own setting for its file sink log, read by the files sink through the shim
+    spark.sql("SET spark.sql.streaming.fileSink.log.compactInterval=2")
+    out["compacted"] = run("compacted", maxRecordsPerTrigger=10)
+    spark.sql("RESET spark.sql.streaming.fileSink.log.compactInterval")
+    log = base / "compacted" / "out" / "_spark_metadata"
+    out["compacted"]["log"] = sorted(p.name for p in log.iterdir() if not p.name.startswith("."))
+    out["compacted"]["read"] = spark.read.json(str(log.parent)).count()
     out["defaults"] = conf_defaults(shim)
     out["hello"] = shim.request("hello")
     # the file's recommended conf: every Python task above talked to Spark over a Unix socket

@@ -63,6 +63,14 @@ def test_sql_confs_are_option_defaults_and_options_win(result: dict[str, Any]) -
     assert result["optionOverSet"]["last"]["controller"]["targetLatencyMs"] == 7000  # option
 
 
+def test_the_files_sink_log_compacts_at_sparks_own_interval(result: dict[str, Any]) -> None:
+    """``SET spark.sql.streaming.fileSink.log.compactInterval=2``, as for Spark's own sink."""
+    compacted = result["compacted"]
+    assert compacted["batches"] == 6
+    assert compacted["log"] == ["0", "1.compact", "2", "3.compact", "4", "5.compact"]
+    assert compacted["read"] == 60  # every row, through the log (with the default interval)
+
+
 def test_a_bad_sql_conf_is_reported_under_its_conf_name(result: dict[str, Any]) -> None:
     message = result["bad"]
     assert "option 'spark.flamestream.maxRecordsPerTrigger' = 'abc' is invalid" in message

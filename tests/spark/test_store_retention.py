@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from flamestream.spark.connector.sink import RETAIN_EVERY
 from flamestream.spark.durable import GRAPH_DIR, SINK_DIR
 from flamestream.spark.durable.barrier import KEEP_BATCHES as SINK_KEEP
 from flamestream.spark.durable.barrier import KEEP_MARKERS
 from flamestream.spark.durable.loop import KEEP_BATCHES as LOOP_KEEP
+from flamestream.spark.durable.sink_log import DEFAULT_INTERVAL, METADATA_DIR, committed_files
 from flamestream.spark.durable.state import KEEP_SNAPSHOTS
 
 from ..crash import reachable_in_turn, released_so_far_is, run_chain, run_unbroken
@@ -52,10 +54,14 @@ def entries(folder: Path) -> int:
 
 
 def store_counts(ck: Path) -> dict[str, int]:
-    """Entries in each folder of each store under the checkpoint (the largest per kind)."""
+    """Entries in each folder of each store under the checkpoint (the largest per kind).
+
+    And of the output's log (``out/_spark_metadata``, beside the checkpoint).
+    """
     graph, sink = ck / GRAPH_DIR, ck / SINK_DIR
     states = [p for p in graph.glob("*/part-*") if p.is_dir()]
     return {
+        "output log": entries(ck.parent / "out" / METADATA_DIR),
         "spark offsets": entries(ck / "offsets"),
         "sink markers": entries(sink / "commits"),
         "sink staging": entries(sink / "staging"),
@@ -68,9 +74,13 @@ def store_counts(ck: Path) -> dict[str, int]:
 
 
 #: The most entries each folder may hold at a batch's end, whatever the number of batches.
+#: The sink's retention runs every RETAIN_EVERY batches: its folders hold up to that many
+#: batches more than Spark's logs. The output's log keeps from the compaction before the
+#: oldest batch retained (a compaction every DEFAULT_INTERVAL batches).
 BOUNDS = {
     "spark offsets": RETAIN + 1,
-    "sink markers": max(RETAIN, KEEP_MARKERS) + 2,
+    "sink markers": max(RETAIN, KEEP_MARKERS) + 1 + RETAIN_EVERY,
+    "output log": max(RETAIN, KEEP_MARKERS) + 1 + RETAIN_EVERY + DEFAULT_INTERVAL,
     "sink staging": SINK_KEEP + 2,
     "sink pending": SINK_KEEP + 2,
     "loop batches": LOOP_KEEP + 3,
@@ -80,15 +90,25 @@ BOUNDS = {
 }
 
 
+#: Folders the sink's retention keeps bounded, gaining an entry a batch until it runs.
+PERIODIC = ("sink markers", "output log")
+
+
 def check_bounded(work: Path) -> int:
-    """Every store within its bound, nothing left by a crash; the number of batches run."""
+    """Every store within its bound, nothing left by a crash; the number of batches run.
+
+    The folders the sink's periodic retention keeps hold fewer entries than batches ran (one
+    a batch, kept all, they would hold that many).
+    """
     ck = work / "ck"
     counts = store_counts(ck)
     assert all(counts[name] <= bound for name, bound in BOUNDS.items()), (counts, BOUNDS)
     flamestream = [*(ck / GRAPH_DIR).rglob("*"), *(ck / SINK_DIR).rglob("*")]
     assert not [p for p in flamestream if p.name.endswith(".tmp")], "temporaries left"
     assert not list((work / "out").glob(".*")), "hidden parts left"
-    return max(int(p.name) for p in (ck / "commits").iterdir() if p.name.isdigit()) + 1
+    batches = max(int(p.name) for p in (ck / "commits").iterdir() if p.name.isdigit()) + 1
+    assert all(counts[name] < batches for name in PERIODIC), (counts, batches)
+    return batches
 
 
 @pytest.fixture(scope="module")
@@ -106,10 +126,18 @@ def unbroken(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> P
     return work
 
 
-def test_many_batches_leave_every_store_bounded(unbroken: Path):
+def test_many_batches_leave_every_store_bounded(unbroken: Path, spark: SparkSession):
     batches = check_bounded(unbroken)
-    assert batches >= 2 * max(BOUNDS.values()), f"only {batches} batches: nothing to bound"
+    every_batch = [bound for name, bound in BOUNDS.items() if name not in PERIODIC]
+    assert batches >= 2 * max(every_batch), f"only {batches} batches: nothing to bound"
+    assert batches >= 2 * RETAIN_EVERY  # the periodic retention ran twice, and dropped files
     assert len(outputs(unbroken)) >= 5  # releases all along, not only at the end
+    # the output's log, compacted and cleaned up meanwhile, names every released file
+    out = unbroken / "out"
+    released = sorted(str(p) for p in out.glob("part-*"))
+    assert sorted(committed_files(str(out)) or []) == released
+    lines = sorted(line for path in released for line in Path(path).read_text().splitlines())
+    assert sorted(row.value for row in spark.read.text(str(out)).collect()) == lines
 
 
 def test_a_run_killed_after_the_stores_dropped_files_recovers_exactly_once(

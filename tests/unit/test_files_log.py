@@ -25,6 +25,8 @@ from hypothesis import strategies as st
 from flamestream.errors import ConfigError
 from flamestream.model import GlobalTime
 from flamestream.spark.connector.options import OptionReader
+from flamestream.spark.connector.sink import RETAIN_EVERY, BarrierWriter
+from flamestream.spark.durable import SINK_DIR, QueryCheckpoint
 from flamestream.spark.durable.barrier import BarrierStore
 from flamestream.spark.durable.sink_log import (
     METADATA_DIR,
@@ -41,6 +43,7 @@ from flamestream.spark.durable.sink_log import (
 from pyspark_flamestream.sinks.files import FilesOutput
 
 from ..examples import examples
+from .test_sink_columns import FRONT_ROWS
 from .test_store_protocol import KINDS, Crash, _Countdown, leftovers, url
 
 #: A line Spark 4.3's own file sink wrote (``spark.sql.streaming.fileSink``, a folder with a
@@ -306,3 +309,40 @@ def test_a_compaction_that_misses_a_batch_fails_loudly(tmp_path: Path):
     with pytest.raises(FileNotFoundError):
         log.add(2, [])  # batch 1's file is missing: the log would lose its files
     assert [p.name for p in (tmp_path / METADATA_DIR).iterdir()] == ["0"]
+
+
+# --- the sink's retention --------------------------------------------------------------------
+
+
+def test_the_sinks_retention_lists_every_retain_every_batches_and_keeps_what_readers_need(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Two LISTs a batch (Spark's offset log, the markers) and the log's, every 10th only."""
+    reader = OptionReader(
+        "sink files", {"path": str(tmp_path / "out"), "checkpointLocation": str(tmp_path / "ck")}
+    )
+    made = BarrierWriter(FilesOutput(reader), reader, FRONT_ROWS)
+    made.start()
+    assert (tmp_path / "out" / METADATA_DIR).is_dir()  # before any file: readers go by it
+    offsets = tmp_path / "ck" / "offsets"
+    offsets.mkdir(parents=True)
+    runs: list[int] = []
+    retained_from = QueryCheckpoint.retained_from  # what the retention lists first
+
+    def listed(self: QueryCheckpoint, batch: int, keep: int) -> int:
+        runs.append(batch)
+        return retained_from(self, batch, keep)
+
+    monkeypatch.setattr(QueryCheckpoint, "retained_from", listed)
+    for batch in range(35):
+        (offsets / str(batch)).write_text("v1")  # Spark keeps the newest 4 batches
+        for old in range(batch - 3):
+            (offsets / str(old)).unlink(missing_ok=True)
+        done = made.output.committed
+        made.store.commit(batch, [None], GlobalTime(batch, 0), lambda b, r: None, committed=done)
+        made._retain(batch)
+    assert runs == [b for b in range(35) if (b + 1) % RETAIN_EVERY == 0] == [9, 19, 29]
+    markers = sorted(p.name for p in (tmp_path / "ck" / SINK_DIR / "commits").iterdir())
+    assert markers[0] == f"{29 - 3:012d}.json" and len(markers) == 9  # 26 … 34
+    logged = sorted(p.name for p in (tmp_path / "out" / METADATA_DIR).iterdir())
+    assert logged[0] == "19.compact" and len(logged) == 16  # from the compaction before 26
