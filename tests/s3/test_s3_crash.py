@@ -13,19 +13,20 @@ during the copy, is what these chains put to the test.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
-from ..crash import reachable_in_turn, released_so_far_is, run_chain
+from ..crash import reachable_in_turn, released_so_far_is, run_chain, spawn
 from ..spark.test_crash_recovery import unbroken_outputs
 from .helpers import JOB, BucketRun, make_files_input, make_graph_input, upload
 
 # A keyed stage's snapshot written, a write task's staging, the release done but not marked.
 GRAPH = ["graph.keyed.saved:0", "sink.write:1", "sink.commit.released:2"]
-# release=tasks: hidden parts written by a task, then renamed by the commit.
-FILES = ["sink.write:0", "sink.commit.start:1", "sink.commit.released:2"]
+# release=tasks: hidden parts written by a task, then renamed by the commit (copied on S3).
+FILES = ["sink.write:0", "sink.commit.published:1", "sink.commit.released:2"]
 
 
 def test_each_crash_comes_later_in_the_run_than_the_one_before():
@@ -61,6 +62,23 @@ def test_killed_task_release_on_s3_recovers_to_exactly_the_unbroken_output(
     make_files_input(tmp_path)
     upload(run.fs, tmp_path, run.bucket)
     args = ["files", *run.urls(), "tasks"]
-    run_chain(JOB, args, FILES, released_so_far_is(unbroken_tasks, run.outputs))
+    released = released_so_far_is(unbroken_tasks, run.outputs)
+
+    def after_crash(crash: str) -> None:
+        released(crash)
+        # the log names whole committed batches only: none of the batch the crash cut
+        batch = int(crash.rsplit(":", 1)[1])
+        assert all(int(uri.rsplit("/part-", 1)[1][:12]) < batch for uri in run.logged()), crash
+
+    run_chain(JOB, args, FILES, after_crash)
     assert run.outputs() == unbroken_tasks
     assert run.leftovers() == []
+    # the log names every released file by its s3a:// URI, and Spark reads exactly them
+    out = run.urls()[1]
+    assert run.logged() == sorted(f"{out}/{name}" for name in run.outputs())
+    done = spawn(JOB, ["read", out], {})
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    (result,) = [line for line in done.stdout.decode().splitlines() if line.startswith("RESULT ")]
+    lines = sorted(line for data in run.outputs().values() for line in data.decode().splitlines())
+    read = [line.replace(f"{run.bucket}/in", "<work>/in") for line in json.loads(result[7:])]
+    assert sorted(read) == lines

@@ -1,9 +1,10 @@
 """A word count with everything on S3: front input, Spark's checkpoint, graph state, output.
 
 SeaweedFS serves S3; Spark writes its checkpoint on ``s3a://`` (hadoop-aws), flamestream its
-grouping state, barrier staging and sink commits under it and the output on ``s3://``
-(s3fs). The released files must be byte-identical to the same query on local disk, and
-their values the reference runtime's.
+grouping state, barrier staging and sink commits under it and the output on ``s3a://``
+(s3fs), with the log of its committed files that Spark's readers go by. The released files
+must be byte-identical to the same query on local disk, and their values the reference
+runtime's.
 """
 
 from __future__ import annotations
@@ -60,4 +61,8 @@ def test_spark_and_flamestream_keep_their_state_in_the_bucket(graph_on_s3: Bucke
         assert any(path.startswith(wanted) for path in objects), (wanted, objects)
     assert any(path.endswith(".state") for path in objects)  # the grouping's snapshots
     assert any(path.startswith("ck/flamestream-sink/commits/") for path in objects)
+    assert "out/_spark_metadata/0" in objects  # the output's log of committed files
+    assert graph_on_s3.logged() == sorted(
+        f"{graph_on_s3.urls()[1]}/{name}" for name in graph_on_s3.outputs()
+    )
     assert graph_on_s3.leftovers() == []

@@ -90,6 +90,8 @@ class FilesOutput(SinkOutput):
         self._check_path(options)
         #: the log of committed files Spark's readers go by; its settings are read at start
         self.log = SinkLog(self.path)
+        #: the files this process's commit made visible, by batch, until it logs them
+        self._made: dict[int, set[str]] = {}
 
     def _check_path(self, options: OptionReader) -> None:
         """Fail before the query starts if ``path`` cannot become the output directory.
@@ -176,13 +178,21 @@ class FilesOutput(SinkOutput):
         The files are those visible under the batch's names: the commit released and
         published them before its marker, and removed every other file of the batch. A
         replay finding the marker changes none of them, and logs them only if a crash came
-        before the log was written. One prefix listing and one write (a compaction reads the
-        log files since the one before).
+        before the log was written. One prefix listing (on local disk, where a listing reads
+        the whole folder, which grows with every batch, a ``stat`` of each file this commit
+        made visible) and one write (a compaction reads the log files since the one before).
         """
         if replayed and self.log.has(batch_id):
             return
         fs, root = fsspec.core.url_to_fs(self.path)
-        infos = listing_details(fs, root, f"part-{batch_id:012d}")
+        made = self._made.pop(batch_id, set())  # this commit's release and publish, if any
+        if not replayed and renames_atomically(fs):
+            infos = []
+            for name in sorted(made):
+                with contextlib.suppress(FileNotFoundError):  # an attempt's, since removed
+                    infos.append(dict(fs.info(posixpath.join(root, name))))
+        else:
+            infos = listing_details(fs, root, f"part-{batch_id:012d}")
         files = self._logged(fs, infos, range(batch_id, batch_id + 1))
         self.log.add(batch_id, files.get(batch_id, []))
 
@@ -196,6 +206,7 @@ class FilesOutput(SinkOutput):
         target = posixpath.join(root, f"part-{batch_id:012d}.{self.suffix}")
         with open_atomically(fs, target) as out:
             self._write(out, rows)
+        self._made.setdefault(batch_id, set()).add(posixpath.basename(target))
 
     def write_part(self, batch_id: int, partition_id: int, rows: pa.Table, run: int = 0) -> str:
         """Write a task's part under a hidden name; the commit publishes it."""
@@ -230,6 +241,7 @@ class FilesOutput(SinkOutput):
                 )
             crash_point("sink.commit.published", batch_id)  # (at the first part)
         self._clear(fs, root, batch_id, {_visible(hidden) for hidden in parts})
+        self._made.setdefault(batch_id, set()).update(_visible(hidden) for hidden in parts)
 
     def _clear(self, fs: Any, root: str, batch_id: int, keep: set[str] | None) -> None:
         """Remove batch ``batch_id``'s hidden parts, and its visible ones not in ``keep``.
