@@ -106,7 +106,7 @@ def test_a_reader_gets_every_logged_file_once_however_compacted_rebuilt_or_clean
     newest = len(batches) - 1
     rebuilt = min(rebuilt, newest)
     if rebuilt >= 0:
-        log.rebuild(rebuilt, -1, {b: files[b] for b in range(rebuilt + 1)})
+        log.rebuild(rebuilt, {b: files[b] for b in range(rebuilt + 1)})
     for batch in range(rebuilt + 1, newest + 1):
         log.add(batch, files[batch])
     want = sorted(
@@ -301,6 +301,21 @@ def test_a_folder_written_without_a_log_gets_one_from_its_committed_batches(tmp_
         commit_batch(store, sink, batch, split=False)
     everything = sorted(str(p) for p in (tmp_path / "out").glob("part-*"))
     assert sorted(committed_files(str(tmp_path / "out")) or []) == everything
+
+
+def test_a_batch_marked_but_not_logged_before_a_crash_is_logged_at_the_next_start(
+    tmp_path: Path,
+):
+    store = BarrierStore(str(tmp_path / "state"))
+    sink = FilesOutput(OptionReader("sink files", {"path": str(tmp_path / "out")}))
+    sink.prepare(-1)
+    for batch in range(12):
+        commit_batch(store, sink, batch, split=False)
+    want = sorted(committed_files(str(tmp_path / "out")) or [])
+    (tmp_path / "out" / METADATA_DIR / "11").unlink()  # killed between marker and log
+    assert len(committed_files(str(tmp_path / "out")) or []) < len(want)
+    sink.prepare(store.newest_marked())
+    assert sorted(committed_files(str(tmp_path / "out")) or []) == want
 
 
 def test_a_compaction_that_misses_a_batch_fails_loudly(tmp_path: Path):

@@ -124,8 +124,9 @@ class FilesOutput(SinkOutput):
         3. A log ahead of the sink's markers is not this checkpoint's (a batch is logged
            only after its marker): refused, before this query's batches overwrite files
            with the names of that log's.
-        4. A log behind them (a folder written before the sink kept one, or a log removed)
-           is rebuilt from the folder's files of the marked batches.
+        4. A log behind them is made good: the batches a crash left between their marker
+           and their log entry logged now; a folder without a log (written before the sink
+           kept one, or whose log was removed) gets one from its files of the marked batches.
         5. The log's folder made: Spark's readers go by the log from the first file on.
         """
         # 1. Spark's settings
@@ -146,16 +147,21 @@ class FilesOutput(SinkOutput):
                 + (f"up to {marked}" if marked >= 0 else "none")
                 + " (another query's output?); write to a new path, or remove that one",
             )
-        # 4. rebuilt
-        if latest < marked:
-            self.log.rebuild(marked, latest, self._released_files(marked))
+        # 4. made good
+        fs, root = fsspec.core.url_to_fs(self.path)
+        if latest < 0 <= marked:  # one listing of the folder: it may hold many batches
+            files = self._logged(fs, listing_details(fs, root, "part-"), range(marked + 1))
+            self.log.rebuild(marked, files)
+        else:
+            for batch in range(latest + 1, marked + 1):
+                self.log.add(batch, self._batch_files(fs, root, batch))
         # 5. the folder
         self.log.make_folder()
 
-    def _released_files(self, newest: int) -> dict[int, list[LoggedFile]]:
-        """The released files in the folder of each batch up to ``newest``: one listing."""
-        fs, root = fsspec.core.url_to_fs(self.path)
-        return self._logged(fs, listing_details(fs, root, "part-"), range(newest + 1))
+    def _batch_files(self, fs: Any, root: str, batch_id: int) -> list[LoggedFile]:
+        """The released files in the folder of batch ``batch_id``: one prefix listing."""
+        infos = listing_details(fs, root, f"part-{batch_id:012d}")
+        return self._logged(fs, infos, range(batch_id, batch_id + 1)).get(batch_id, [])
 
     def _logged(
         self, fs: Any, infos: list[dict[str, Any]], batches: range
@@ -186,15 +192,15 @@ class FilesOutput(SinkOutput):
             return
         fs, root = fsspec.core.url_to_fs(self.path)
         made = self._made.pop(batch_id, set())  # this commit's release and publish, if any
-        if not replayed and renames_atomically(fs):
-            infos = []
-            for name in sorted(made):
-                with contextlib.suppress(FileNotFoundError):  # an attempt's, since removed
-                    infos.append(dict(fs.info(posixpath.join(root, name))))
-        else:
-            infos = listing_details(fs, root, f"part-{batch_id:012d}")
-        files = self._logged(fs, infos, range(batch_id, batch_id + 1))
-        self.log.add(batch_id, files.get(batch_id, []))
+        if replayed or not renames_atomically(fs):
+            self.log.add(batch_id, self._batch_files(fs, root, batch_id))
+            return
+        infos = []
+        for name in sorted(made):
+            with contextlib.suppress(FileNotFoundError):  # an attempt's, since removed
+                infos.append(dict(fs.info(posixpath.join(root, name))))
+        batch = range(batch_id, batch_id + 1)
+        self.log.add(batch_id, self._logged(fs, infos, batch).get(batch_id, []))
 
     def forget_before(self, batch_id: int) -> None:
         """Delete the log files readers no longer need (``SinkLog.forget_before``)."""

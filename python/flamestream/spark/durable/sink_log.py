@@ -249,22 +249,22 @@ class SinkLog:
             fs.invalidate_cache(folder)
         return bool(fs.exists(posixpath.join(folder, self.name(batch))))
 
-    def rebuild(self, newest: int, latest: int, files: Mapping[int, list[LoggedFile]]) -> None:
-        """Log batches ``latest + 1 … newest`` from ``files`` (batch -> its files).
+    def rebuild(self, newest: int, files: Mapping[int, list[LoggedFile]]) -> None:
+        """Log batches ``0 … newest`` of a folder without a log, from ``files`` (by batch).
 
-        For a folder whose batches up to ``newest`` were committed but not logged (a log
-        begun later, or removed): from the newest compaction at or before ``newest``, written
-        with the one before it so that two compactions give readers the interval, then the
-        batches after it. Compactions first: the log stays readable at every step.
+        For a folder whose batches were committed but not logged (written before the sink
+        kept a log, or whose log was removed): the newest compaction at or before ``newest``,
+        with the one before it (two compactions give readers the interval), then the batches
+        after it, in that order, so that the log is readable at every step.
         """
+        fs, folder = self._folder()
         compaction = last_compaction(newest, self.interval)
         for point in (compaction - self.interval, compaction):
-            if latest < point:  # a reader may not need the earlier one; it pins the interval
+            if point >= 0:
                 named = [f for batch in sorted(files) if batch <= point for f in files[batch]]
-                fs, folder = self._folder()
                 data = "\n".join([VERSION, *(f.line() for f in named)]).encode()
                 write_atomically(fs, posixpath.join(folder, self.name(point)), data)
-        for batch in range(max(latest, compaction) + 1, newest + 1):
+        for batch in range(compaction + 1, newest + 1):
             self.add(batch, files.get(batch, []))
 
     def forget_before(self, batch: int) -> int:
