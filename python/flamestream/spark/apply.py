@@ -44,6 +44,7 @@ from flamestream.spark.exec.general.front_stage import RECORDS, FrontStage
 from flamestream.spark.exec.general.items import (
     BYTES_TAG,
     ITEM_DDL,
+    LOCAL_BYTES,
     MAY_INVALIDATE,
     RELEASED_COLUMNS,
     TEXT_TAG,
@@ -179,14 +180,17 @@ class SparkGraph:
         ``ts, front, trace, flags, source, position, sink, value``: ``value`` is the payload
         as text (``render``), ``(ts, front, trace)`` its meta, ordered as the model orders
         them, ``flags`` whether it may invalidate (a replayed version) or is a tombstone: the
-        barrier sink uses both to drop invalidated versions before it releases.
+        barrier sink uses both to drop invalidated versions before it releases. These are the
+        items as they reach the sinks, not yet released: a trace's logical times count a
+        grouping's replays. The flamestream sink releases each valid row with its trace's
+        lineage and no flag (``flamestream.model.lineage``), as the reference runtime does.
 
         A streaming ``df`` through a graph with groupings needs ``checkpoint_location``, the
         query's checkpoint: the groupings' state is kept under it (``flamestream-graph/``)
         and their garbage collection follows the min-time in its offset log.
         """
         rows, _ = self._wire(df, payload, checkpoint_location, sink_runs=False)
-        return rows
+        return rows if rows.isStreaming else _released(rows)
 
     def write_stream(
         self, df: DataFrame | Any, *, checkpoint_location: str, payload: str = "value"
@@ -753,6 +757,25 @@ def _observed_records(rows: DataFrame, *, fused: bool) -> DataFrame:
         return rows.observe(OBSERVED_METRICS, F.count(F.lit(1)).alias(RECORDS))
     total = F.coalesce(F.sum(RECORDS), F.lit(0)).alias(RECORDS)
     return rows.observe(OBSERVED_METRICS, total).drop(RECORDS)
+
+
+def _released(rows: DataFrame) -> DataFrame:
+    """A bounded input's rows as a barrier sink releases them, any batch writer's output.
+
+    A bounded input runs whole, in meta order: nothing is replayed, so no row is flagged
+    and none is invalidated; what is left is the trace's lineage (the logical times set to
+    0: ``flamestream.model.lineage``), made in the JVM: each 12-byte local time's 8-byte
+    logical time replaced by zeros, its 4-byte child index kept.
+    """
+    from pyspark.sql import functions as F
+
+    lineage = F.expr(
+        f"aggregate(sequence(0, length(trace) div {LOCAL_BYTES} - 1), X'', "
+        f"(done, i) -> concat(done, X'{'00' * 8}', substring(trace, i * {LOCAL_BYTES} + 9, 4)))"
+    )
+    trace = F.when(F.length("trace") == 0, F.col("trace")).otherwise(lineage)
+    flags = F.col("flags").bitwiseAND(F.lit(~MAY_INVALIDATE)).cast("tinyint")
+    return rows.withColumns({"trace": trace, "flags": flags})
 
 
 def _union(frames: list[DataFrame]) -> DataFrame:

@@ -69,6 +69,7 @@ from flamestream.spark.exec.general.items import (
     RELEASED_COLUMNS,
     TOMBSTONE,
     ascending,
+    lineage_column,
 )
 from flamestream.spark.exec.general.shipping import OPTION as STAGE_OPTION
 from flamestream.spark.exec.general.shipping import SinkTask, unship
@@ -121,9 +122,24 @@ def kept_columns(columns: Sequence[str] | None, names: Sequence[str]) -> list[st
     return [name for name in names if name in BARRIER_COLUMNS or name in columns]
 
 
-def projected(rows: pa.Table, columns: Sequence[str] | None) -> pa.Table:
-    """``rows`` as a sink writes them: only ``columns`` (None: all), in that order."""
-    return rows if columns is None else rows.select(list(columns))
+def released_form(rows: pa.Table, columns: Sequence[str] | None) -> pa.Table:
+    """``rows`` as a sink writes them: released traces and flags, only ``columns`` (None: all).
+
+    The barrier orders and invalidates by the rows' own traces and flags; what it releases
+    is a function of the input alone: each trace's lineage (:func:`lineage_column`: the
+    logical times, which count a grouping's replays, set to 0; the order of a global time's
+    released rows and their distinctness are kept) and no may-invalidate flag (a released row
+    is valid, whatever replays made it), as the reference runtime releases them.
+    """
+    if columns is not None:
+        rows = rows.select(list(columns))
+    names = rows.column_names
+    if "trace" in names:
+        rows = rows.set_column(names.index("trace"), "trace", lineage_column(rows["trace"]))
+    if "flags" in names:
+        flags = pc.bit_wise_and(rows["flags"], pa.scalar(~MAY_INVALIDATE, rows["flags"].type))
+        rows = rows.set_column(names.index("flags"), "flags", flags)
+    return rows
 
 
 def _released(items: pa.RecordBatch, names: Sequence[str] = RELEASED_COLUMNS) -> pa.RecordBatch:
@@ -204,15 +220,19 @@ class BackgroundPart(PartWriter):
             running.result()
 
 
-class ProjectedPart(PartWriter):
-    """A part that writes only some columns of its rows (the sink's ``columns`` option)."""
+class ReleasedPart(PartWriter):
+    """A part that writes its rows as released (:func:`released_form`).
 
-    def __init__(self, inner: PartWriter, columns: Sequence[str]) -> None:
-        self.inner, self.columns = inner, list(columns)
+    The barrier's whole rows in; the written columns (the sink's ``columns`` option), traces
+    as lineages, out.
+    """
+
+    def __init__(self, inner: PartWriter, columns: Sequence[str] | None) -> None:
+        self.inner, self.columns = inner, columns
 
     def write(self, rows: pa.Table) -> None:
-        """Append the written columns of ``rows``."""
-        self.inner.write(rows.select(self.columns))
+        """Append ``rows`` as released."""
+        self.inner.write(released_form(rows, self.columns))
 
     def close(self) -> str:
         """Finish the part."""
@@ -365,9 +385,9 @@ class OrderedPart:
     def write(self, rows: pa.Table) -> None:
         """Append ``rows``, in meta order and :meth:`follows` the part's last row."""
         if self.writer is None:
-            opened = self.output.open_part(self.batch_id, self.partition_id, self.run)
-            if self.columns is not None:
-                opened = ProjectedPart(opened, self.columns)
+            opened: PartWriter = ReleasedPart(
+                self.output.open_part(self.batch_id, self.partition_id, self.run), self.columns
+            )
             self.writer = BackgroundPart(opened) if self.background else opened
         self.writer.write(rows)
         self.rows += rows.num_rows
@@ -634,7 +654,7 @@ class BarrierWriter(DataSourceStreamArrowWriter):
 
         def release(batch_id: int, rows: pa.Table | None) -> None:
             if rows is not None:
-                self.output.release(batch_id, projected(rows, self.columns))
+                self.output.release(batch_id, released_form(rows, self.columns))
             if self.release_in_tasks:
                 self.output.publish(batch_id, written)
             crash_point("sink.commit.released", batch_id)
