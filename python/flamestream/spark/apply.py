@@ -763,19 +763,30 @@ def _released(rows: DataFrame) -> DataFrame:
     """A bounded input's rows as a barrier sink releases them, any batch writer's output.
 
     A bounded input runs whole, in meta order: nothing is replayed, so no row is flagged
-    and none is invalidated; what is left is the trace's lineage (the logical times set to
-    0: ``flamestream.model.lineage``), made in the JVM: each 12-byte local time's 8-byte
-    logical time replaced by zeros, its 4-byte child index kept.
+    and none is invalidated; what is left is the trace's lineage, made in the JVM.
     """
     from pyspark.sql import functions as F
 
-    lineage = F.expr(
-        f"aggregate(sequence(0, length(trace) div {LOCAL_BYTES} - 1), X'', "
-        f"(done, i) -> concat(done, X'{'00' * 8}', substring(trace, i * {LOCAL_BYTES} + 9, 4)))"
-    )
-    trace = F.when(F.length("trace") == 0, F.col("trace")).otherwise(lineage)
     flags = F.col("flags").bitwiseAND(F.lit(~MAY_INVALIDATE)).cast("tinyint")
-    return rows.withColumns({"trace": trace, "flags": flags})
+    return rows.withColumns({"trace": lineage_of(F.col("trace")), "flags": flags})
+
+
+def lineage_of(trace: Column) -> Column:
+    """Spark SQL: the encoded ``trace``'s lineage (``flamestream.model.lineage``).
+
+    Each 12-byte local time's 8-byte logical time replaced by zeros, its 4-byte child index
+    kept; an empty trace (a front's row) stays empty.
+    """
+    from pyspark.sql import functions as F
+
+    width = LOCAL_BYTES
+    locals_ = F.sequence(F.lit(0), (F.length(trace) / width).cast("int") - 1)
+
+    def child_of(done: Column, nth: Column) -> Column:
+        return F.concat(done, F.lit(bytes(8)), F.substring(trace, nth * width + 9, F.lit(4)))
+
+    lineage = F.aggregate(locals_, F.lit(b""), child_of)
+    return F.when(F.length(trace) == 0, trace).otherwise(lineage)
 
 
 def _union(frames: list[DataFrame]) -> DataFrame:
