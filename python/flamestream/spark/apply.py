@@ -257,7 +257,7 @@ class SparkGraph:
         swaps = SwapReader(checkpoint_location) if self.swappable and checkpoint_location else None
         partitions = self._key_partitions(_session_of(df), checkpoint_location)
         rows, in_front = self._front_rows(
-            df, payload, partitions, budget_from, swaps, to_sink=sink_runs
+            df, payload, budget_from, swaps, to_sink=sink_runs, partitions=partitions
         )
         plan = self._query_plan(rows, checkpoint_location, partitions)
         if self.plan.passthrough:
@@ -348,16 +348,17 @@ class SparkGraph:
         self,
         df: DataFrame | Any,
         payload: str,
-        partitions: int,
         budget_from: str | None = None,
         swaps: SwapReader | None = None,
         *,
         to_sink: bool = False,
+        partitions: int | None = None,
     ) -> tuple[DataFrame, bool]:
         """The input as a DataFrame; True when fronts' readers ran :attr:`plan.in_front`.
 
         (Or, for the empty graph, the render: :attr:`plan.passthrough`.) ``partitions``: the
-        keyed stages' key partitions, for front rows that leave in blocks. ``budget_from``:
+        keyed stages' key partitions, for front rows that leave in blocks (None: the
+        session's, :meth:`_key_partitions` without a checkpoint). ``budget_from``:
         the checkpoint whose budget policy sets the fronts' read limit; ``swaps``: the query's
         function swaps, which the fronts' first stage obeys; ``to_sink``: the rows go to the
         flamestream sink (``write_stream``), which can open blocks.
@@ -380,7 +381,11 @@ class SparkGraph:
             session = self._session(getattr(readers[0], "_spark", None))
             # blocks need the key partitions, and Arrow batches Spark keeps small (else rows)
             bounded = arrow_batches_bounded(session)
-            option = self._front_stage(payload, partitions if bounded else 0, swaps).encode()
+            if not bounded:
+                partitions = 0
+            elif partitions is None:
+                partitions = self._key_partitions(session, None)
+            option = self._front_stage(payload, partitions, swaps).encode()
         loaded = []
         initial = self.budgets.initial_limit() if self.budgets else 0
         for reader in readers:
