@@ -63,8 +63,9 @@ def test_describe_names_p_and_where_it_came_from(result: dict[str, Any]) -> None
     applied = p_line(result["configured"]["describe"])
     assert applied.startswith("key partitions P = 2 ") and "the cores of local[2]" in applied
     assert "unless" not in applied
-    assert "P = 3 " in p_line(result["given"]["describe"]) and "partitions=3" in (
-        result["given"]["describe"]
+    assert (
+        "P = 3 " in p_line(result["given"]["describe"])
+        and "partitions=3" in (result["given"]["describe"])
     )
 
 
