@@ -389,11 +389,15 @@ def _partitions_conf(existing: Mapping[str, Any]) -> dict[str, str]:
     """:data:`SHUFFLE_PARTITIONS` and :data:`CHOSEN_PARTITIONS`, if :func:`configure` sets them.
 
     Not with a SparkContext running: ``getOrCreate`` would set them on the session it returns,
-    over whatever that session has.
+    over whatever that session has. Not under ``spark-submit`` either (its JVM, started
+    before this process, names itself in ``PYSPARK_GATEWAY_PORT``): its ``--master`` and
+    ``--conf`` are the JVM's, unknown here, and the builder's confs would override them; a
+    graph then takes the application's default parallelism (:mod:`flamestream.spark.
+    key_partitions`).
     """
     from pyspark import SparkContext
 
-    if SparkContext._active_spark_context is not None:
+    if SparkContext._active_spark_context is not None or os.environ.get("PYSPARK_GATEWAY_PORT"):
         return {}
     chosen = default_shuffle_partitions(existing, submitted_conf(os.environ))
     if chosen is None:

@@ -291,6 +291,10 @@ def test_configure_sets_the_cores_and_keeps_a_value_the_user_set(
     options = flamestream.configure(SparkSession.Builder().master("local[2]"))._options  # type: ignore[attr-defined]
     assert session.SHUFFLE_PARTITIONS not in options  # the file's 12 applies when Spark starts
     assert session.CHOSEN_PARTITIONS not in options
+    (tmp_path / "spark-defaults.conf").unlink()
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1")  # spark-submit's JVM: its confs unknown
+    options = flamestream.configure(SparkSession.Builder().master("local[2]"))._options  # type: ignore[attr-defined]
+    assert session.SHUFFLE_PARTITIONS not in options
 
 
 def test_a_default_gives_way_to_the_checkpoints_p_and_the_users_value_is_refused() -> None:
