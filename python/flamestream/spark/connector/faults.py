@@ -13,7 +13,9 @@ computed, before Spark logs it), ``front.read``
 (a read task has produced part of its range), ``sink.write`` (a write task staged its rows),
 ``sink.commit.start``, ``sink.commit.released`` (output written, marker not yet),
 ``sink.commit.marked`` (marker written, Spark's commit log not yet); and in the kafka sink,
-``sink.kafka.in_transaction`` (records sent in the batch's transaction, not committed); and
+``sink.kafka.in_transaction`` (records sent in the batch's transaction, not committed); in the
+delta sink, ``sink.delta.writing`` (delta-rs is writing the batch's data files, before its
+last chunk of rows, and has not committed: a batch of one chunk never gets there); and
 in graphs' keyed stages, ``graph.keyed.saved`` (a task wrote its state snapshot, its output
 not yet sent on); in graphs with a loop channel, ``graph.loop.sent`` (a task wrote the items it
 sends into the loop and their ack contributions) and ``graph.loop.received`` (a loop read task
