@@ -19,11 +19,13 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
+from flamestream.spark import SparkGraph
 from flamestream.spark.connector.front import META_FIELDS
 
 from ..crash import run_unbroken
 from . import delta_job
 from .conftest import write_lines
+from .graph_crash_job import word_count
 
 #: The rows a files front releases with ``columns=all``, as a table made beforehand declares them.
 FRONT_ROWS = pa.schema([*META_FIELDS, pa.field("value", pa.string())])
@@ -209,3 +211,26 @@ def test_merge_schema_adds_the_rows_columns_and_still_refuses_another_type(
     make_table(other, pa.schema([pa.field("value", pa.binary())]))
     message = refusal(spark, work, other, mergeSchema="true")
     assert "value is binary in the table, string in the rows" in message
+
+
+def test_a_table_a_keyed_stage_released_into_is_accepted_on_restart(
+    spark: SparkSession, work: Path
+):
+    """``write_stream``: the sink's tasks run the last keyed stage; its rows' schema is the
+    item rows' (not-null meta), the table's as its first commit made it (nullable)."""
+    table = work / "table"
+
+    def start(s: SparkSession) -> Any:
+        reader = s.readStream.format("flamestream").option("front", "files")
+        reader = reader.option("path", str(work / "in")).option("clock", "logical")
+        graph = SparkGraph(word_count(), partitions=2)
+        writer = graph.write_stream(reader, checkpoint_location=str(work / "ck"))
+        writer = writer.option("sink", "delta").option("path", str(table))
+        return writer.trigger(availableNow=True).start()
+
+    run_unbroken(start, spark)
+    first = DeltaTable(str(table)).to_pyarrow_table().num_rows
+    write_lines(work / "in" / "b.txt", ["the cat"])
+    run_unbroken(start, spark)  # restarted from its checkpoint: the table is accepted
+    values = DeltaTable(str(table)).to_pyarrow_table().column("value").to_pylist()
+    assert len(values) == first + 2 and "the=3" in values and "cat=2" in values

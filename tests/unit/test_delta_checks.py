@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -140,13 +141,15 @@ def test_a_type_the_rows_have_and_delta_has_not_is_refused_at_start(tmp_path: Pa
 
 #: A child that appends a stream of rows to the table at argv[1] and SIGKILLs itself when
 #: delta-rs asks for the last batch. argv[2]: batches; argv[3]: the target file size (0: the
-#: table's). Random longs: files do not shrink to nothing.
+#: table's); argv[4]: delta-rs's storage options (JSON). Random longs: files do not shrink
+#: to nothing.
 KILLED_WRITER = textwrap.dedent(
     """
-    import os, signal, sys
+    import json, os, signal, sys
     import numpy as np, pyarrow as pa
     from deltalake import write_deltalake
     path, count, target = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    storage = json.loads(sys.argv[4]) or None
     schema = pa.schema([("x", pa.int64())])
     random = np.random.default_rng(0)
     def batches():
@@ -156,14 +159,18 @@ KILLED_WRITER = textwrap.dedent(
             yield pa.record_batch([pa.array(random.integers(0, 2**62, 100_000))], schema=schema)
     size = {"target_file_size": target} if target else {}
     reader = pa.RecordBatchReader.from_batches(schema, batches())
-    write_deltalake(path, reader, mode="append", **size)
+    write_deltalake(path, reader, mode="append", storage_options=storage, **size)
     """
 )
 
 
-def killed_writer(path: Path, batches: int, target: int = 0) -> None:
+def killed_writer(
+    path: Path | str, batches: int, target: int = 0, storage: dict[str, str] | None = None
+) -> None:
+    """Run :data:`KILLED_WRITER` on the table at ``path``; it must die by SIGKILL."""
+    args = [str(path), str(batches), str(target), json.dumps(storage or {})]
     done = subprocess.run(  # this interpreter, a fixed script
-        [sys.executable, "-c", KILLED_WRITER, str(path), str(batches), str(target)],
+        [sys.executable, "-c", KILLED_WRITER, *args],
         capture_output=True,
         timeout=300,
         check=False,

@@ -57,6 +57,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -439,7 +440,9 @@ def _check_local(step: str, path: str, *, restarting: bool = False) -> None:
 # -- clean-up after crashes --------------------------------------------------------------------
 
 
-def clean_up(path: str, *, dry_run: bool = False) -> list[str]:
+def clean_up(
+    path: str, *, dry_run: bool = False, fsspec_options: Mapping[str, Any] | None = None
+) -> list[str]:
     """Remove what killed commits left in the Delta table at ``path``; the files removed.
 
     Removes
@@ -458,15 +461,20 @@ def clean_up(path: str, *, dry_run: bool = False) -> list[str]:
     **Run it only while nothing writes to the table** (the query stopped, no other writer):
     a commit in progress has data files that no log entry names yet, and staging files.
 
-    ``path``: a local path or an fsspec URL (``s3://…``), reached as flamestream's own stores
-    reach it (fsspec's configuration, see ``docs/storage.md``). ``dry_run``: remove nothing,
-    only say what would go. Returns paths relative to the table's folder, sorted.
+    ``path``: a local path or an fsspec URL (``s3://…``), reached through fsspec with
+    ``fsspec_options`` (e.g. s3fs's ``key``, ``secret``, ``client_kwargs``), else as
+    flamestream's own stores reach it (fsspec's configuration, see ``docs/storage.md``).
+    ``dry_run``: remove nothing, only say what would go. Returns paths relative to the
+    table's folder, sorted.
 
     Raises:
         FlameStreamError: ``path`` is no Delta table (no version in its ``_delta_log/``).
 
     """
-    fs, root = filesystem(path)
+    if fsspec_options:
+        fs, root = fsspec.core.url_to_fs(path, **fsspec_options)
+    else:
+        fs, root = filesystem(path)
     root = root.rstrip("/")
     files = sorted(p[len(root) + 1 :] for p in fs.find(root) if p.startswith(root + "/"))
     log = [p for p in files if p.startswith(LOG + "/")]
