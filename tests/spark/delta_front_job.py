@@ -3,9 +3,7 @@
     python -m tests.spark.delta_front_job <input dir> <table> <checkpoint dir>
 
 Trigger.AvailableNow, ``maxRecordsPerTrigger`` lines per batch, clock=logical: the same input
-always makes the same batches, global times and released rows. Batches of
-:data:`RECORDS_PER_BATCH` lines are several chunks of the rows delta-rs takes as a stream, so
-the crash point ``sink.delta.writing`` is reached in each.
+always makes the same batches, global times and released rows.
 """
 
 from __future__ import annotations
@@ -17,8 +15,8 @@ from pyspark.sql.streaming import StreamingQuery
 
 from ..crash import job_main
 
-#: Lines per batch: five chunks of the sink's stream to delta-rs (``STREAM_ROWS``).
-RECORDS_PER_BATCH = 40_000
+#: Lines per batch.
+RECORDS_PER_BATCH = 5_000
 
 
 def start(spark: SparkSession, source: str, table: str, checkpoint: str) -> StreamingQuery:

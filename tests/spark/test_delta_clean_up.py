@@ -1,7 +1,7 @@
 """``sink=delta`` killed while delta-rs writes a batch's data files, and ``clean_up`` after it.
 
 The query (a files front written straight into a table made beforehand with the rows' schema
-and ``delta.targetFileSize=1``, so each chunk of rows delta-rs takes becomes a data file) is
+and ``delta.targetFileSize=1``, so delta-rs writes many small data files per commit) is
 SIGKILLed at ``sink.delta.writing`` in batch 1: data files are on disk, no commit names them.
 The restart commits the batch anew; the table then holds exactly the rows of an unbroken run.
 The killed commit's files stay (a plain ``vacuum`` does not list them, even with no
@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from pyspark_flamestream.sinks.delta import clean_up
+from pyspark_flamestream.sinks.delta import DATA_FILE, clean_up
 
 from ..crash import reachable_in_turn, run_chain, run_child
 from .delta_front_job import RECORDS_PER_BATCH
@@ -73,7 +73,7 @@ def test_a_commit_killed_mid_write_leaves_files_that_clean_up_removes(tmp_path: 
     run_chain(
         JOB, [str(tmp_path / "in"), str(killed), str(tmp_path / "ck-killed")], CRASHES, after_crash
     )
-    assert left and all(name.endswith(".parquet") for name in left), left  # whole data files
+    assert left and all(DATA_FILE.fullmatch(name.split("#")[0]) for name in left), left
     assert batches(killed) == [0, 1, 2]
     assert rows(killed) == rows(unbroken)
     assert unnamed(killed) == left  # the restart wrote its own files and left these

@@ -35,7 +35,8 @@ be empty (or missing), except on a restart for what this query's killed first co
 **After a crash.** A commit killed while delta-rs wrote it leaves data files no version
 names (and, on a local disk, delta-rs's ``<name>#<n>`` staging files); readers never see
 them and the replayed commit writes its own. :func:`clean_up` removes them; a plain
-``DeltaTable.vacuum()`` does not (see ``docs/connectors.md``).
+``DeltaTable.vacuum()`` does not (see ``docs/connectors.md``). The crash tests kill a commit
+there with the crash point ``sink.delta.writing`` (:func:`_streamed`).
 
 Only ``release=commit``: delta-rs writes a commit's data files and the commit in one call, so
 tasks releasing their own parts would have to write Parquet files beside it with a second
@@ -53,6 +54,7 @@ import json
 import os
 import posixpath
 import re
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -62,7 +64,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from flamestream.errors import ConfigError, FlameStreamError
-from flamestream.spark.connector.faults import crash_point
+from flamestream.spark.connector.faults import armed, crash_point
 from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.connector.sink import ReleasedRows, SinkOutput
 from flamestream.spark.durable import QueryCheckpoint
@@ -198,7 +200,7 @@ class DeltaOutput(SinkOutput):
         transaction = module.Transaction(app_id=self.app_id, version=batch_id)
         module.write_deltalake(
             self.path if table is None else table,  # the snapshot read above: no second read
-            _streamed(rows, batch_id),
+            _streamed(rows, batch_id, self.path),
             mode="append",
             schema_mode="merge" if self.merge_schema else None,
             storage_options=self.storage_options,
@@ -209,26 +211,48 @@ class DeltaOutput(SinkOutput):
         )
 
 
-#: Rows per record batch handed to delta-rs (it takes them as a stream).
-STREAM_ROWS = 8192
+#: The crash point inside a Delta commit (crash tests only: ``connector.faults``).
+WRITING = "sink.delta.writing"
+
+#: How long an armed ``sink.delta.writing`` waits for delta-rs's first data file.
+WRITING_WAIT_S = 30.0
 
 
-def _streamed(rows: pa.Table, batch_id: int) -> pa.RecordBatchReader:
+def _streamed(rows: pa.Table, batch_id: int, path: str) -> pa.RecordBatchReader:
     """``rows`` as the stream delta-rs pulls while it writes the batch's data files.
 
-    Before the last chunk is taken the crash point ``sink.delta.writing`` may kill the query:
-    delta-rs is then writing data files and has made no commit (the crash tests' way to leave
-    the files a killed commit leaves).
+    delta-rs commits only after the stream ends. With the crash point ``sink.delta.writing``
+    armed for the batch (crash tests), the stream stays open after the last row, yielding
+    empty batches (each hands control back, so delta-rs's writers run) until a data file of
+    this commit is in the local folder ``path`` (:data:`WRITING_WAIT_S` at most; elsewhere
+    not at all), and the crash point kills the query there: the files a killed commit
+    leaves, and certainly no commit.
     """
+    before = _names(path) if armed(WRITING, batch_id) else None
 
     def chunks() -> Iterator[pa.RecordBatch]:
-        batches = rows.to_batches(max_chunksize=STREAM_ROWS)
-        for index, chunk in enumerate(batches):
-            if index and index == len(batches) - 1:
-                crash_point("sink.delta.writing", batch_id)
-            yield chunk
+        yield from rows.to_batches()
+        if before is not None:
+            yield from _until_a_data_file(path, before, rows.schema)
+            crash_point(WRITING, batch_id)
 
     return pa.RecordBatchReader.from_batches(rows.schema, chunks())
+
+
+def _names(path: str) -> set[str]:
+    """The names in the local folder ``path`` (none elsewhere, or if it is missing)."""
+    local = _local(path)
+    return set(os.listdir(local)) if local is not None and os.path.isdir(local) else set()
+
+
+def _until_a_data_file(path: str, before: set[str], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Empty batches until a data file not in ``before`` is in the local folder ``path``."""
+    empty = pa.RecordBatch.from_pylist([], schema=schema)
+    deadline = time.monotonic() + WRITING_WAIT_S
+    while _local(path) is not None and time.monotonic() < deadline:
+        if any(DATA_FILE.fullmatch(name) for name in _names(path) - before):
+            return
+        yield empty
 
 
 def _nullable_where_new(rows: pa.Table, table: Any) -> pa.Table:
@@ -373,7 +397,7 @@ LOG = "_delta_log"
 _VERSION = re.compile(r"\d{20}\.(json|checkpoint(\.[^/#]+)?\.(parquet|json))")
 
 #: A data file as delta-rs names it: ``part-<5 digits>-<write id>-c000[.<codec>].parquet``.
-_DATA_FILE = re.compile(r"part-\d{5}-[0-9a-f-]{36}-c\d{3}(\.[a-z0-9]+)?\.parquet")
+DATA_FILE = re.compile(r"part-\d{5}-[0-9a-f-]{36}-c\d{3}(\.[a-z0-9]+)?\.parquet")
 
 #: A local file as delta-rs (object_store) stages it while writing: ``<name>#<n>``, renamed
 #: (a data file) or hard-linked then unlinked (a log entry) when whole.
@@ -404,7 +428,7 @@ def foreign_files(local: str, *, restarting: bool) -> list[str]:
         for name in files:
             path = name if relative == "." else os.path.join(relative, name)
             in_log = relative == LOG and _STAGING.fullmatch(name)
-            data = relative == "." and restarting and _DATA_FILE.fullmatch(name.split("#")[0])
+            data = relative == "." and restarting and DATA_FILE.fullmatch(name.split("#")[0])
             if not (in_log or data):
                 found.append(path)
         if relative == ".":
@@ -496,7 +520,7 @@ def _left_over(relative: str) -> bool:
         return _STAGING.fullmatch(name) is not None
     if any(part.startswith(("_", ".")) for part in [*folders, name]):
         return False  # Delta's hidden files and folders (_delta_log/…, _change_data/, …)
-    return _DATA_FILE.fullmatch(name.split("#")[0]) is not None  # a data file, or its staging
+    return DATA_FILE.fullmatch(name.split("#")[0]) is not None  # a data file, or its staging
 
 
 def _named(fs: Any, root: str, log: list[str]) -> set[str]:
