@@ -43,6 +43,7 @@ PIPELINE = (
     "sink.write",
     "sink.commit.start",
     "sink.kafka.in_transaction",
+    "sink.delta.writing",
     "sink.commit.released",
     "sink.commit.marked",
 )

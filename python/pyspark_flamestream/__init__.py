@@ -189,6 +189,7 @@ class FlameStreamDataSource(DataSource):
         writer = BarrierWriter(output, options, schema)
         options.finish()
         output.check()  # connectivity last: a typo in an option is reported without a probe
+        output.check_rows(writer.released)  # then what is there: a table's schema
         return writer
 
 

@@ -35,6 +35,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -65,6 +66,7 @@ from flamestream.spark.durable.files import filesystem, write_atomically
 from flamestream.spark.durable.loop import AckTable, loops_enabled
 from flamestream.spark.durable.state import STATE_BYTES
 from flamestream.spark.exec.general.items import (
+    ITEM_FIELDS,
     MAY_INVALIDATE,
     RELEASED_COLUMNS,
     TOMBSTONE,
@@ -140,6 +142,39 @@ def released_form(rows: pa.Table, columns: Sequence[str] | None) -> pa.Table:
         flags = pc.bit_wise_and(rows["flags"], pa.scalar(~MAY_INVALIDATE, rows["flags"].type))
         rows = rows.set_column(names.index("flags"), "flags", flags)
     return rows
+
+
+@dataclass(frozen=True)
+class ReleasedRows:
+    """What a sink's query releases, known at query start: for checks of the destination.
+
+    ``input``: the Spark schema of the rows the sink's tasks get; ``staged``: whether they
+    run a graph's keyed stage (``write_stream``), whose released rows have the columns
+    ``RELEASED_COLUMNS``; ``columns``: the columns written (None: all); ``choice`` and
+    ``option``: the ``columns`` option's value and name, for messages.
+    """
+
+    input: StructType
+    staged: bool
+    columns: tuple[str, ...] | None
+    choice: str
+    option: str = "columns"
+
+    def schema(self) -> pa.Schema:
+        """The Arrow schema of the rows ``SinkOutput.release`` gets (and parts hold).
+
+        Types and nullability as the rows declare them: Spark's (in Arrow, as Spark hands
+        them to the tasks), or the item rows' for a keyed stage's output.
+        """
+        if self.staged:
+            by_name = {field.name: field for field in ITEM_FIELDS}
+            fields = [by_name["to" if n == "sink" else n].with_name(n) for n in RELEASED_COLUMNS]
+        else:
+            from pyspark.sql.pandas.types import to_arrow_schema
+
+            fields = list(to_arrow_schema(self.input, timezone="UTC"))
+        named = {field.name: field for field in fields}
+        return pa.schema([named[n] for n in self.columns or [f.name for f in fields]])
 
 
 def _released(items: pa.RecordBatch, names: Sequence[str] = RELEASED_COLUMNS) -> pa.RecordBatch:
@@ -272,6 +307,13 @@ class SinkOutput:
 
     def check(self) -> None:
         """Probe the destination at query start, after every option was validated."""
+
+    def check_rows(self, released: ReleasedRows) -> None:
+        """Fail at query start if the destination cannot hold the ``released`` rows as they are.
+
+        Runs after :meth:`check`. Outputs whose destination keeps a schema of its own (a
+        table) compare it here, so that a mismatch stops the query before its first batch.
+        """
 
     def release(self, batch_id: int, rows: pa.Table) -> None:
         """Write ``rows`` (sorted by global time) as batch ``batch_id``'s output."""
@@ -568,6 +610,10 @@ class BarrierWriter(DataSourceStreamArrowWriter):
         names = RELEASED_COLUMNS if self.stage is not None else schema.fieldNames()
         choice = options.name_list("columns", COLUMNS, "all")
         self.columns = _written(options, choice, names)
+        #: what the query releases, for the output's start check (``SinkOutput.check_rows``)
+        self.released = ReleasedRows(
+            schema, self.stage is not None, self.columns, choice, options.label("columns")
+        )
         #: the columns a write task keeps of its rows (None: all): what the barrier reads and
         #: what the sink writes; the others are dropped before anything stages or sorts them
         self.kept = kept_columns(self.columns, names)
