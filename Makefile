@@ -17,7 +17,7 @@ SHIM_SOURCES := jvm-shim/pom.xml $(wildcard jvm-shim/src/main/java/io/flamestrea
 export PYSPARK_PYTHON := $(abspath $(VENV)/bin/flamestream-python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VENV)/bin/flamestream-python)
 
-.PHONY: help setup run test unit lint format bench bench-spark bench-rescale bench-compare soak clean wheel constraints
+.PHONY: help setup run test unit lint format bench bench-spark bench-rescale bench-first bench-compare soak clean wheel constraints
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -81,7 +81,7 @@ unit: setup  ## the fast unit tier (no Spark, a fifth of each property's example
 bench: setup  ## run the benchmark harness, print JSON ratios
 	$(PY) -m benchmarks.bench
 
-bench-spark: setup  ## Spark benchmarks: connectors vs built-ins, graphs vs plain PySpark, barrier, controller, skew, budgets, worker memory, per-batch cost, rescale on a growing cluster
+bench-spark: setup  ## Spark benchmarks: connectors vs built-ins, graphs vs plain PySpark, barrier, controller, skew, budgets, worker memory, per-batch cost, rescale on a growing cluster, the first query
 	$(PY) -m benchmarks.spark_passthrough
 	$(PY) -m benchmarks.spark_kafka
 	$(PY) -m benchmarks.spark_graphs
@@ -92,6 +92,12 @@ bench-spark: setup  ## Spark benchmarks: connectors vs built-ins, graphs vs plai
 	$(PY) -m benchmarks.spark_memory
 	$(PY) -m benchmarks.spark_batches
 	$(PY) -m benchmarks.spark_rescale $(RESCALE_ARGS)
+	$(PY) -m benchmarks.first_query $(FIRST_ARGS)
+
+# A new user's first query: the README's word count from a fresh process to its first released
+# row, against plain PySpark's, each run a fresh process. Flags: FIRST_ARGS, e.g. "--repeat 3".
+bench-first: setup  ## the first query: README word count vs plain PySpark, fresh process to first released row: JSON
+	$(PY) -m benchmarks.first_query $(FIRST_ARGS)
 
 # A standalone cluster on this machine, one 1-core Worker and a second joining mid-run: the
 # active partitions follow the cores, against Spark's stop + state repartition + restart.

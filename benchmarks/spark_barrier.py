@@ -77,15 +77,20 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def checksums(rows: Any, trace_hex: Any) -> list[Any]:
-    """Rows, crc32 sum of the values, crc32 sum of the columns but ts (trace as hex).
+def checksums(rows: Any, trace: Any) -> list[Any]:
+    """Rows, crc32 sum of the values, crc32 sum of the columns but ts, as released.
 
     ``ts`` is left out: with the wall clock it differs from run to run (the planning time).
+    ``trace`` (binary) and ``flags`` count as a barrier sink releases them: the trace's
+    lineage (hex), no may-invalidate flag; the variants without a barrier write them raw.
     """
     from pyspark.sql import functions as F
 
-    columns = [F.col("front").cast("string"), trace_hex]
-    columns += [F.col(c).cast("string") for c in ("flags", "source", "position", "sink", "value")]
+    from flamestream.spark.apply import lineage_of
+
+    flags = F.col("flags").bitwiseAND(F.lit(-2)).cast("string")
+    columns = [F.col("front").cast("string"), F.hex(lineage_of(trace)), flags]
+    columns += [F.col(c).cast("string") for c in ("source", "position", "sink", "value")]
     return [
         F.count(F.lit(1)).alias("rows"),
         F.sum(F.crc32(F.col("value").cast("binary"))).alias("values"),
@@ -120,7 +125,7 @@ class Overhead:
         if variant == "json":
             writer = rows.writeStream.format("json").option("path", str(out))
         else:
-            observed = rows.observe(METRICS, *checksums(rows, F.hex("trace")))
+            observed = rows.observe(METRICS, *checksums(rows, F.col("trace")))
             writer = observed.writeStream.format("noop")
         return writer.option("checkpointLocation", str(ck)).trigger(availableNow=True)
 
@@ -132,8 +137,8 @@ class Overhead:
         found = (m.get("rows", 0), m.get("values", 0), m.get("all", 0))
         if variant != "noop":
             rows, trace = self.spark.read.schema(OUTPUT_JSON_DDL).json(str(out)), F.col("trace")
-            trace_hex = F.upper(trace) if variant in BARRIERS else F.hex(F.unbase64(trace))
-            (row,) = rows.agg(*checksums(rows, trace_hex)).collect()
+            binary = F.unhex(trace) if variant in BARRIERS else F.unbase64(trace)
+            (row,) = rows.agg(*checksums(rows, binary)).collect()
             found = (int(row["rows"]), int(row["values"] or 0), int(row["all"] or 0))
         self.outputs.setdefault(key, set()).add(found)
         if found[:2] != self.want[graph]:

@@ -16,7 +16,11 @@ one after another:
   query stops, ``StreamingCheckpointManager.repartition`` (PySpark 4.2+) rewrites its state
   into two partitions, and the query starts again; its downtime is reported.
 
-Reported as JSON: throughput before and after (rows per second of batch time, steady batches),
+Reported as JSON: how long the active count took to follow the new executor
+(``follow_delay``: the Worker ALIVE -> its core granted to the application -> the executor
+registered with the driver -> the first batch with two active partitions, in batches and
+seconds, with the batches' durations in between), throughput before and after (rows per
+second of batch time, steady batches),
 the migration batches' durations against the steady ones, p99 admission -> release (a batch's
 planning to its commit marker, per record) over the migration window and in steady state,
 state bytes moved per second, the byte comparison of the released output with the unrescaled
@@ -102,18 +106,45 @@ def front(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def wait_for_grant(cluster: StandaloneCluster, cores: int, timeout: float = 120.0) -> float | None:
+    """When the Master lists ``cores`` cores granted to the application (epoch s; None: unknown).
+
+    The Master's ``/json`` (``activeapps[].cores``: the cores granted, executors started or
+    not), polled every 20 ms.
+    """
+    began = time.monotonic()
+    while time.monotonic() - began < timeout:
+        apps = cluster.state().get("activeapps", [])
+        if not apps or "cores" not in apps[0]:
+            return None
+        if int(apps[0]["cores"]) >= cores:
+            return time.time()
+        time.sleep(0.02)
+    return None
+
+
 def adder(
     cluster: StandaloneCluster, after: int, spark: Any, log: dict[str, Any]
 ) -> Callable[[Any, pipeline.Watched], None]:
-    """A watch poll that starts a Worker once ``after`` batches with rows are done."""
+    """A watch poll that starts a Worker once ``after`` batches with rows are done.
+
+    Logs (epoch s) when the Master listed the Worker ALIVE, granted its core to the
+    application, and when the executor there registered with the driver (the scheduler's
+    time of it, from the shim's listener).
+    """
 
     def poll(query: Any, watched: pipeline.Watched) -> None:
+        from flamestream.jvm import Shim
+
         if "worker_added_at" in log or len(watched.progress) < after or not query.isActive:
             return
         log["added_after_batch"] = max(watched.progress)
         log["worker"] = cluster.add_worker()
         log["worker_added_at"] = time.time()
+        log["granted_at"] = wait_for_grant(cluster, 2)
         log["seconds_to_executor"] = wait_for_cores(spark, 2)
+        shim = Shim.of_session(spark)
+        log["registered_at"] = shim.executors().changed_at if shim is not None else None
 
     return poll
 
@@ -219,6 +250,69 @@ def migration(ck: checkpoint.Checkpoint) -> list[dict[str, Any]]:
             )
         previous = int(layout.get("decisions", 0))
     return found
+
+
+def batch_times(path: Path) -> dict[int, tuple[float, float | None]]:
+    """Per logged batch: when its offset was logged and when it was committed (epoch s)."""
+    from flamestream.spark.durable import QueryCheckpoint
+
+    log = QueryCheckpoint(str(path))
+    found: dict[int, tuple[float, float | None]] = {}
+    for batch in log.logged_batches():
+        commit = path / "commits" / str(batch)
+        done = commit.stat().st_mtime if commit.exists() else None
+        found[batch] = (os.stat(log.offset_path(batch)).st_mtime, done)
+    return found
+
+
+def follow_delay(run: dict[str, Any], settle: int) -> dict[str, Any] | None:
+    """From the new executor to the active count's change: batches and seconds, and where.
+
+    ``registered_in_batch``: the batch running when the executor registered (the last one
+    logged before); ``active_changed_in_batch``: the first whose control offset has more
+    active partitions than batch 0's. What bounds it (docs/rescale.md): the batch running at
+    the registration ends, the next planning reads the cores, and ``settle`` readings in a
+    row (one per committed batch) act: ``batches`` = ``settle``, ``seconds`` = the rest of
+    the running batch and the ``settle - 1`` batches after it.
+    """
+    log, layouts = run["log"], run["checkpoint"].layouts
+    registered = log.get("registered_at")
+    if registered is None or not layouts:
+        return None
+    times = batch_times(run["ck"])
+    first = layouts[min(layouts)]["active"]
+    changed = next((b for b in sorted(layouts) if layouts[b]["active"] != first), None)
+    running = max((b for b, (planned, _) in times.items() if planned <= registered), default=-1)
+    granted = log.get("granted_at")
+    at_grant = max(
+        (b for b, (planned, _) in times.items() if granted and planned <= granted), default=-1
+    )
+    out: dict[str, Any] = {
+        "settle": settle,
+        "worker_alive_to_grant_s": _since(log["worker_added_at"], granted),
+        "grant_to_registration_s": _since(granted, registered),
+        "registered_in_batch": running,
+        "granted_in_batch": at_grant if granted else None,
+        "running_batch_ends_after_registration_s": _since(registered, times[running][1])
+        if running in times
+        else None,
+    }
+    if changed is None:
+        return out | {"active_changed_in_batch": None}
+    between = [b for b in sorted(times) if running <= b < changed]
+    return out | {
+        "active_changed_in_batch": changed,
+        "batches": changed - running,
+        "seconds": _since(registered, times[changed][0]),
+        "batches_from_grant": changed - at_grant if granted else None,
+        "seconds_from_grant": _since(granted, times[changed][0]),
+        "batch_seconds_between": [_since(*times[b]) for b in between],
+    }
+
+
+def _since(start: float | None, end: float | None) -> float | None:
+    """``end - start`` in seconds, rounded; None if either is unknown."""
+    return None if start is None or end is None else round(end - start, 2)
 
 
 def analyse_graph(run: dict[str, Any]) -> dict[str, Any]:
@@ -421,6 +515,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             if "flamestream" in runs:
                 try:
                     report["flamestream"] = analyse_graph(runs["flamestream"])
+                    report["follow_delay"] = follow_delay(runs["flamestream"], args.settle)
                     report["targets"] = targets(report["flamestream"])
                 except RuntimeError as exc:
                     report["flamestream"] = {"error": str(exc)}

@@ -44,6 +44,7 @@ PIPELINE = (
     "sink.write",
     "sink.commit.start",
     "sink.kafka.in_transaction",
+    "sink.delta.writing",
     "sink.commit.published",
     "sink.commit.released",
     "sink.commit.marked",

@@ -287,6 +287,7 @@ class Shim:
             ),
             added=int(reply.get("added", 0)),
             removed=int(reply.get("removed", 0)),
+            changed_at=int(reply["changedAt"]) / 1000 if "changedAt" in reply else None,
         )
 
 
@@ -303,6 +304,9 @@ class Executors:
     hosts: tuple[tuple[str, str, int], ...] = ()  #: (executor id, host, cores) of each
     added: int = 0  #: executors ever added
     removed: int = 0  #: executors ever removed
+    #: when the set last changed (epoch s): the scheduler's time of the last executor added
+    #: (its registration) or removed; None from a shim that does not say
+    changed_at: float | None = None
 
     def as_dict(self) -> dict[str, int]:
         """``{"executors": n, "cores": c}``."""

@@ -9,6 +9,13 @@ What a user would otherwise copy by hand (``conf/spark-defaults.conf``, ``PYSPAR
 - the plugin and both listeners (``spark.plugins``, ``spark.extraListeners``,
   ``spark.sql.streaming.streamingQueryListeners``), added to any the builder already has;
 - :data:`flamestream.launcher.RECOMMENDED_CONF`;
+- ``spark.sql.shuffle.partitions`` = the application's cores (:func:`default_shuffle_partitions`:
+  ``local[N]`` -> N, a cluster's cores where its confs tell them), unless the user set it (on
+  the builder, in ``spark-defaults.conf`` or ``PYSPARK_SUBMIT_ARGS``): Spark's 200 made every
+  micro-batch of a graph with groupings run 200 keyed tasks of a few rows each (on 2 cores the
+  first word count batches took 29-80 s). It is a graph's key partitions ``P`` by default
+  (:mod:`flamestream.spark.key_partitions`); what was chosen and why is kept in
+  :data:`CHOSEN_PARTITIONS` for ``SparkGraph.describe()``;
 - ``flamestream-python`` as Spark's Python, in this process's environment, which the Spark
   JVM inherits when the session starts it: ``PYSPARK_PYTHON`` (the SparkContext starts every
   worker with it) and ``PYSPARK_DRIVER_PYTHON``. The JVM starts a Python data source's
@@ -31,6 +38,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import shlex
 import shutil
 import sys
 from collections.abc import Mapping
@@ -58,6 +67,142 @@ _LISTS = (
 _CLASS_PATHS = ("spark.driver.extraClassPath", "spark.executor.extraClassPath")
 
 Builder = TypeVar("Builder")
+
+#: Spark's conf for the partitions of a shuffle: a graph's key partitions ``P`` by default.
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+#: Set by :func:`configure` beside :data:`SHUFFLE_PARTITIONS`: ``"<count> <why>"``, so that
+#: a graph tells flamestream's default from a value the user set (the user's is kept for a
+#: checkpoint that recorded another ``P``; a default gives way to the recorded one).
+CHOSEN_PARTITIONS = "spark.flamestream.chosenShufflePartitions"
+
+_LOCAL = re.compile(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?")
+#: Between a key and its value in a properties file: ``=``, ``:`` or blanks.
+_SEPARATOR = re.compile(r"\s*[=:\s]\s*")
+_LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]")
+
+
+def _cpus() -> int:
+    """The cores this process may run on (what ``local[*]`` gets)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def application_cores(conf: Mapping[str, str], cpus: int | None = None) -> tuple[int, str] | None:
+    """Spark's default parallelism for an application with ``conf``, told before it starts.
+
+    ``(count, where it comes from)``, or None when only the running application knows (a
+    cluster whose confs do not say how many cores it gets: executors register later). As
+    ``SparkContext.defaultParallelism`` has it: ``spark.default.parallelism`` if set, else a
+    local master's threads, else the cluster's cores (at least 2). ``cpus``: this machine's
+    cores, for ``local[*]``.
+
+    >>> application_cores({"spark.master": "local[2]"})
+    (2, 'the cores of local[2]')
+    >>> application_cores({"spark.master": "spark://h:7077"}) is None
+    True
+    """
+    try:
+        return _cores_of(conf, cpus)
+    except ValueError:  # a conf that is no number: Spark itself says so when it starts
+        return None
+
+
+def _cores_of(conf: Mapping[str, str], cpus: int | None) -> tuple[int, str] | None:
+    if conf.get("spark.default.parallelism"):
+        return int(conf["spark.default.parallelism"]), "spark.default.parallelism"
+    master = str(conf.get("spark.master") or "local[*]").strip()
+    local = _LOCAL.fullmatch(master)
+    if local is not None:
+        threads = local.group(1) or "1"
+        if threads == "*":
+            found = cpus or _cpus()
+            return found, f"the cores of {master} ({found} here)"
+        return int(threads), f"the cores of {master}"
+    cluster = _LOCAL_CLUSTER.fullmatch(master)
+    if cluster is not None:
+        return max(2, int(cluster.group(1)) * int(cluster.group(2))), f"the cores of {master}"
+    if conf.get("spark.cores.max"):
+        return max(2, int(conf["spark.cores.max"])), "spark.cores.max"
+    if conf.get("spark.executor.instances"):
+        cores = int(conf.get("spark.executor.cores") or 1)
+        total = int(conf["spark.executor.instances"]) * cores
+        return max(2, total), "spark.executor.instances x spark.executor.cores"
+    return None
+
+
+def _properties(path: Path) -> dict[str, str]:
+    """A ``spark-defaults.conf`` (Java properties: ``key value`` or ``key=value``); {} if none."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    found = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line and line[0] not in "#!":
+            key, value = (*_SEPARATOR.split(line, maxsplit=1), "")[:2]
+            found[key] = value.strip()
+    return found
+
+
+def submitted_conf(environ: Mapping[str, str]) -> dict[str, str]:
+    """The confs a Spark JVM started from this process gets besides the builder's.
+
+    PySpark starts it with ``spark-submit $PYSPARK_SUBMIT_ARGS``, which reads
+    ``--properties-file`` or else ``spark-defaults.conf`` (in ``$SPARK_CONF_DIR``, else
+    ``$SPARK_HOME/conf``), then ``--conf key=value`` and ``--master``.
+    """
+    args = shlex.split(environ.get("PYSPARK_SUBMIT_ARGS", ""))
+    given: dict[str, str] = {}
+    properties: str | None = None
+    for i, arg in enumerate(args):
+        value = args[i + 1] if i + 1 < len(args) else ""
+        if arg.startswith("--conf=") or arg.startswith("--master="):
+            arg, value = arg.split("=", 1)
+        if arg == "--conf" and "=" in value:
+            key, conf = value.split("=", 1)
+            given[key] = conf
+        elif arg == "--master":
+            given["spark.master"] = value
+        elif arg == "--properties-file":
+            properties = value
+    if properties is None:
+        folder = environ.get("SPARK_CONF_DIR") or os.path.join(_spark_home(environ), "conf")
+        properties = os.path.join(folder, "spark-defaults.conf")
+    return {**_properties(Path(properties)), **given}
+
+
+def _spark_home(environ: Mapping[str, str]) -> str:
+    """``$SPARK_HOME``, else where PySpark finds it (the pip package's own folder)."""
+    if environ.get("SPARK_HOME"):
+        return environ["SPARK_HOME"]
+    from pyspark.find_spark_home import _find_spark_home
+
+    return str(_find_spark_home())
+
+
+def default_shuffle_partitions(
+    options: Mapping[str, Any], submitted: Mapping[str, str], cpus: int | None = None
+) -> tuple[int, str] | None:
+    """What :func:`configure` sets ``spark.sql.shuffle.partitions`` to, and why; None: nothing.
+
+    ``options``: the builder's; ``submitted``: :func:`submitted_conf`. Nothing when the user
+    set it in either (theirs wins), or when the application's cores are not known before it
+    starts (:func:`application_cores`; a graph then takes the running application's default
+    parallelism, :mod:`flamestream.spark.key_partitions`). The builder's confs win over the
+    submitted ones, as in Spark.
+
+    >>> default_shuffle_partitions({"spark.master": "local[2]"}, {})
+    (2, 'the cores of local[2]')
+    >>> default_shuffle_partitions({"spark.sql.shuffle.partitions": "8"}, {}) is None
+    True
+    """
+    if SHUFFLE_PARTITIONS in options or SHUFFLE_PARTITIONS in submitted:
+        return None
+    conf = {**submitted, **{key: str(value) for key, value in options.items()}}
+    return application_cores(conf, cpus)
 
 
 def session_conf(jar: Path | None = None) -> dict[str, str]:
@@ -240,6 +385,28 @@ def _check_running_jvm() -> None:
         )
 
 
+def _partitions_conf(existing: Mapping[str, Any]) -> dict[str, str]:
+    """:data:`SHUFFLE_PARTITIONS` and :data:`CHOSEN_PARTITIONS`, if :func:`configure` sets them.
+
+    Not with a SparkContext running: ``getOrCreate`` would set them on the session it returns,
+    over whatever that session has. Not under ``spark-submit`` either (its JVM, started
+    before this process, names itself in ``PYSPARK_GATEWAY_PORT``): its ``--master`` and
+    ``--conf`` are the JVM's, unknown here, and the builder's confs would override them; a
+    graph then takes the application's default parallelism (:mod:`flamestream.spark.
+    key_partitions`).
+    """
+    from pyspark import SparkContext
+
+    if SparkContext._active_spark_context is not None or os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return {}
+    chosen = default_shuffle_partitions(existing, submitted_conf(os.environ))
+    if chosen is None:
+        return {}
+    count, why = chosen
+    _log.info("flamestream: %s=%d (%s)", SHUFFLE_PARTITIONS, count, why)
+    return {SHUFFLE_PARTITIONS: str(count), CHOSEN_PARTITIONS: f"{count} {why}"}
+
+
 def configure(builder: Builder, *, python: str | None = None) -> Builder:
     """Set up ``builder`` (a ``SparkSession.Builder``) for flamestream; returns it.
 
@@ -256,6 +423,8 @@ def configure(builder: Builder, *, python: str | None = None) -> Builder:
     on_class_path = jar.resolve().parent == jvm.spark_jars_dir().resolve()
     existing: Mapping[str, Any] = getattr(builder, "_options", {})
     for key, value in merge_conf(existing, session_conf(None if on_class_path else jar)).items():
+        builder = builder.config(key, value)  # type: ignore[attr-defined]
+    for key, value in _partitions_conf(existing).items():
         builder = builder.config(key, value)  # type: ignore[attr-defined]
     wanted = python or worker_python()
     if not _is_launcher(wanted):

@@ -189,7 +189,8 @@ class FlameStreamDataSource(DataSource):
         writer = BarrierWriter(output, options, schema)
         options.finish()
         output.check()  # connectivity last: a typo in an option is reported without a probe
-        writer.start()
+        output.check_rows(writer.released)  # then what is there: a table's schema
+        writer.start()  # and the output readied for this query's batches (the files' log)
         return writer
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from flamestream.errors import ConfigError
 from flamestream.spark.connector.options import OptionReader
-from flamestream.spark.connector.sink import projected, written_columns
+from flamestream.spark.connector.sink import released_form, written_columns
 from flamestream.testing.kafka import KafkaBroker
 from pyspark_flamestream.sinks.kafka import KafkaOutput
 
@@ -76,7 +76,7 @@ def test_release_of_value_columns_only_produces_the_same_records_without_time_he
     ``value`` here); the records are those of every column, without the time headers."""
     sink = output(kafka_broker, kafka_topic)
     full = rows(["apple", "banana"], 100)
-    sink.release(0, projected(full, written_columns("value", full.column_names)))
+    sink.release(0, released_form(full, written_columns("value", full.column_names)))
     records = committed_records(kafka_broker, kafka_topic)
     assert sorted(records) == [(b"a", b"apple", {}), (b"b", b"banana", {})]
 

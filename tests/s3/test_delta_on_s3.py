@@ -5,7 +5,9 @@ checkpoint and the Delta table on S3, is SIGKILLed between a batch's Delta commi
 sink's marker, and restarts: the replayed commit must find its application transaction in
 the table on S3 and append nothing. delta-rs creates each log entry with a conditional PUT
 (``If-None-Match: *``); that the store refuses a second one is what makes a lost commit
-impossible without a locking provider, so it is checked too.
+impossible without a locking provider, so it is checked too. A writer killed after it wrote
+data objects, before its commit, leaves objects no version names: ``clean_up`` removes
+exactly those, through s3fs.
 """
 
 from __future__ import annotations
@@ -14,15 +16,18 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from fsspec.asyn import sync
 from pyspark.sql import SparkSession
 
 from flamestream.testing.seaweedfs import SeaweedFS
+from pyspark_flamestream.sinks.delta import clean_up
 
 from ..crash import reachable_in_turn, run_chain
 from ..spark.test_delta_sink import reference
+from ..unit.test_delta_checks import killed_writer
 from .helpers import BucketRun, make_graph_input, upload
 
 JOB = "tests.s3.delta_s3_job"
@@ -80,3 +85,23 @@ def test_killed_word_count_into_a_delta_table_on_s3_releases_every_row_once(
     logs = [p for p in run.objects() if p.startswith("table/_delta_log/")]
     assert sorted(logs) == [f"table/_delta_log/{v:020d}.json" for v in range(3)]
     assert run.leftovers() == []
+
+
+def test_clean_up_removes_the_objects_of_a_killed_commit_on_s3(
+    seaweedfs: SeaweedFS, run: BucketRun
+):
+    table, options = f"s3://{run.bucket}/table", store(seaweedfs)
+    write_deltalake(table, pa.table({"x": pa.array([1, 2], pa.int64())}), storage_options=options)
+    killed_writer(table, batches=5, target=1, storage=options)  # each batch an object
+    rows = DeltaTable(table, storage_options=options).to_pyarrow_table()
+    named = {
+        uri.rsplit("/", 1)[1] for uri in DeltaTable(table, storage_options=options).file_uris()
+    }
+    data = {p.removeprefix("table/") for p in run.objects() if p.endswith(".parquet")}
+    left = data - named
+    assert left and len(named) == 1
+    reach = seaweedfs.storage_options()  # s3fs's (this process read fsspec's settings before)
+    assert set(clean_up(table, fsspec_options=reach)) == left
+    assert {p.removeprefix("table/") for p in run.objects() if p.endswith(".parquet")} == named
+    assert DeltaTable(table, storage_options=options).to_pyarrow_table() == rows
+    assert clean_up(table, fsspec_options=reach) == []

@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import fsspec
@@ -96,3 +97,21 @@ def test_stop_ends_the_server_and_removes_its_files():
     with pytest.raises(SeaweedFSError):
         _ = server.endpoint_url
     server.stop()  # twice is fine
+
+
+def test_stop_leaves_nothing_in_the_temporary_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """weed's own log files (and their ``weed.INFO`` links) go in its work folder, not $TMPDIR."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # where weed's logger writes by default
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the work folder goes
+    server = SeaweedFS().start()
+    try:
+        workdir = server.log_path.parent
+        assert workdir.parent == tmp_path
+        server.filesystem().ls("")  # it serves, so it has logged
+        logs = sorted(p.name for p in workdir.glob("logs/*"))
+    finally:
+        server.stop()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    assert "weed.INFO" in logs  # the logs were there, only in the work folder

@@ -17,14 +17,19 @@ from flamestream.spark.control.key_layout import (
     SLOTS_PER_PARTITION,
     ElasticPolicy,
     Layout,
+    decide_rescale,
     desired_active,
     migration_step,
     plan_layout,
     rescale_target,
 )
 from flamestream.spark.durable import QueryCheckpoint
+from flamestream.spark.durable.slots import SlotLoads
 
 from ..examples import examples
+
+#: The control offset's fields that explain a planning's decision (``decisions`` aside).
+EXPLAINING = {"reason", "requests", "moved", "movedBytes", "cluster"}
 
 PARTITIONS = st.integers(1, 12)
 
@@ -152,11 +157,14 @@ def test_the_reader_consumes_a_rescale_and_migrates_a_few_slots_per_planning(
     assert control.latestOffset(start) is start  # nothing asked, nothing moves
     asked = QueryControl(str(tmp_path / "ck")).rescale(4)
     offsets = [start]
-    while True:
-        offset = control.latestOffset(offsets[-1])
-        if offset is offsets[-1]:
-            break
+    while (offset := control.latestOffset(offsets[-1]))["decisions"] > offsets[-1]["decisions"]:
         offsets.append(offset)
+    # the next batch decides nothing: the layout stays, the last decision's explanation goes
+    assert {k: v for k, v in offset.items() if k not in EXPLAINING} == {
+        k: v for k, v in offsets[-1].items() if k not in EXPLAINING
+    }
+    assert not EXPLAINING & offset.keys() and offset["decisions"] == offsets[-1]["decisions"]
+    assert control.latestOffset(offset) is offset  # and stays so: no batch made for nothing
     assert [len(o["moved"]) for o in offsets[1:]] == [5, 5, 2]  # 12 slots, 5 per batch
     assert offsets[1]["consumed"] == asked.name and offsets[1]["requests"][0]["kind"] == "rescale"
     assert offsets[-1]["target"] is None and offsets[-1]["active"] == 4
@@ -216,7 +224,9 @@ def test_offsets_before_active_counts_read_as_all_partitions_active(tmp_path: Pa
         "decisions": 3,
         "reason": "default",
     }
-    assert control.latestOffset(old) is old
+    same = control.latestOffset(old)  # nothing decided: the layout stays, its reason goes
+    assert same == {k: v for k, v in old.items() if k != "reason"}
+    assert control.latestOffset(same) is same
     QueryControl(str(tmp_path / "ck")).rescale(2)
     offset = control.latestOffset(old)
     assert offset["active"] == 2 and offset["decisions"] == 4 and len(offset["moved"]) == 4
@@ -234,3 +244,80 @@ def test_a_rescaled_layout_is_home_for_the_load_policy() -> None:
     assert split is not None and set(split.assignment) <= {0, 1, 2}
     back, why = plan_layout(split, even, active=3, home=target)
     assert back == target and why.startswith("even")
+
+
+def skewed(layout: Layout) -> dict[int, int]:
+    """Loads under which ``layout``'s partition 0 carries far more than its share."""
+    return {s: (1000 if layout.assignment[s] == 0 else 1) for s in range(layout.slots)}
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(st.data())
+def test_a_request_for_the_count_held_changes_nothing_whatever_the_loads(
+    data: st.DataObject,
+) -> None:
+    current = data.draw(layouts())
+    held = data.draw(st.integers(max(current.assignment) + 1, current.partitions))
+    target = data.draw(st.none() | st.just(rescale_target(current, held)))
+    home = data.draw(st.none() | st.just(Layout.default(current.partitions, held)))
+    loads = loads_for(data.draw, current)
+    decided = decide_rescale(current, held, held, target, home, loads)
+    assert (decided.active, decided.target, decided.home) == (held, target, home)
+    assert decided.moves == (len(current.moves_to(target)) if target is not None else 0)
+    # another count: a target over that many partitions, which is home too
+    asked = data.draw(st.integers(1, current.partitions).filter(lambda n: n != held))
+    other = decide_rescale(current, held, asked, target, home, loads)
+    assert other.active == asked and other.home == rescale_target(current, asked, loads)
+    assert other.target == (other.home if other.moves else None)
+    assert other.home is not None and set(other.home.assignment) <= set(range(asked))
+
+
+def test_asking_again_for_the_count_held_moves_nothing_though_loads_would_repack() -> None:
+    start = Layout.default(4, 2)  # active=2 when the checkpoint started
+    loads = skewed(start)
+    assert rescale_target(start, 2, loads) != start  # repacking by loads would move slots
+    first = decide_rescale(start, 2, 2, slot_loads=loads)  # rescale(2), the starting count
+    assert first.target is None and first.moves == 0 and first.home is None
+    assert first.text == "2 active partitions already: nothing new"
+    out = decide_rescale(start, 2, 3, slot_loads=loads)  # rescale(3): slots move, once
+    assert out.moves > 0 and out.target is not None
+    moved = out.target
+    again = decide_rescale(moved, 3, 3, None, out.home, skewed(moved))  # rescale(3) again
+    assert again.target is None and again.home == out.home and again.moves == 0
+    midway, _ = migration_step(start, out.target, 1)  # asked again while migrating
+    going = decide_rescale(midway, 3, 3, out.target, out.home, skewed(midway))
+    assert going.target == out.target and going.moves == len(midway.moves_to(out.target))
+    assert "the migration in progress goes on" in going.text
+
+
+def test_the_reader_moves_nothing_for_the_starting_count_or_the_one_held(tmp_path: Path) -> None:
+    ck = tmp_path / "ck"
+    control = reader(tmp_path, active=2, min_items=10**9)  # loads alone move nothing
+    start = control.initialOffset()
+    (ck / "commits").mkdir(parents=True)
+    (ck / "commits" / "0").write_text("v1")  # batch 0 committed, with skewed slot loads
+    SlotLoads(control.state_url).write(0, "task0", skewed(Layout.default(4, 2)))
+    handle = QueryControl(str(ck))
+    first = handle.rescale(2)
+    offset = control.latestOffset(start)
+    assert offset["assignment"] == start["assignment"] and "moved" not in offset
+    assert offset["target"] is None and offset["home"] is None and offset["active"] == 2
+    assert offset["requests"] == [
+        {
+            "request": first.name,
+            "kind": "rescale",
+            "decision": "2 active partitions already: nothing new",
+        }
+    ]
+    assert offset["decisions"] == 1  # a request consumed is a decision: it says so
+    quiet = control.latestOffset(offset)
+    assert not EXPLAINING & quiet.keys() and quiet["consumed"] == first.name
+    handle.rescale(3)
+    handle.rescale(3)  # asked twice: the second changes nothing
+    moving = control.latestOffset(quiet)
+    target = moving["target"] or moving["assignment"]
+    decisions = [r["decision"] for r in moving["requests"]]
+    assert decisions[0].startswith("2 -> 3 active partitions") and decisions[1].startswith(
+        "3 active partitions already"
+    )
+    assert moving["home"] == target and set(target) == {0, 1, 2}

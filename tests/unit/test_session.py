@@ -9,11 +9,18 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 import flamestream
 from flamestream import jvm, session
+from flamestream.errors import ConfigError
 from flamestream.launcher import LAUNCHED, RECOMMENDED_CONF
+from flamestream.spark import key_partitions
+from flamestream.spark.key_partitions import KeyPartitions
+
+from ..examples import examples
 
 
 def executable(path: Path) -> Path:
@@ -184,3 +191,124 @@ def test_the_warning_in_the_install_docs_is_the_one_a_runner_logs() -> None:
     )
     assert message is not None
     assert " ".join(f"flamestream: this query's{shown}".split()) == message
+
+
+MASTERS = st.sampled_from(
+    [
+        ("local", 1),
+        ("local[1]", 1),
+        ("local[2]", 2),
+        ("local[7]", 7),
+        ("local[3, 2]", 3),
+        ("local[*]", 5),  # this machine's cores, 5 in the test
+        ("local-cluster[2,1,1024]", 2),
+        ("local-cluster[3, 2, 512]", 6),
+        ("local-cluster[1,1,1024]", 2),  # a cluster's default parallelism is at least 2
+    ]
+)
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(
+    master=MASTERS,
+    where=st.sampled_from(["nowhere", "builder", "submitted"]),
+    value=st.integers(1, 500),
+    parallelism=st.none() | st.integers(1, 64),
+)
+def test_the_default_partitions_are_the_cores_unless_the_user_set_them(
+    master: tuple[str, int], where: str, value: int, parallelism: int | None
+) -> None:
+    name, cores = master
+    options: dict[str, str] = {"spark.master": name}
+    submitted: dict[str, str] = {}
+    if parallelism is not None:  # Spark's own default parallelism, where the user set it
+        (options if value % 2 else submitted)["spark.default.parallelism"] = str(parallelism)
+    if where != "nowhere":
+        (options if where == "builder" else submitted)[session.SHUFFLE_PARTITIONS] = str(value)
+    chosen = session.default_shuffle_partitions(options, submitted, cpus=5)
+    if where != "nowhere":
+        assert chosen is None  # the user's value wins, wherever it was set
+    elif parallelism is not None:
+        assert chosen == (parallelism, "spark.default.parallelism")
+    else:
+        assert chosen == (cores, f"the cores of {name}" + (" (5 here)" if "*" in name else ""))
+
+
+def test_a_clusters_cores_come_from_its_confs_or_from_the_running_application() -> None:
+    master = {"spark.master": "spark://host:7077"}
+    assert session.default_shuffle_partitions(master, {}) is None  # known once it runs
+    with_max = {**master, "spark.cores.max": "6"}
+    assert session.default_shuffle_partitions(with_max, {}) == (6, "spark.cores.max")
+    yarn = {"spark.master": "yarn", "spark.executor.instances": "3", "spark.executor.cores": "4"}
+    assert session.default_shuffle_partitions(yarn, {})[0] == 12  # type: ignore[index]
+    assert session.default_shuffle_partitions({"spark.master": "local[x]"}, {}) is None
+    bad = {**master, "spark.cores.max": "many"}  # Spark says what is wrong when it starts
+    assert session.default_shuffle_partitions(bad, {}) is None
+    # the builder's master wins over spark-defaults.conf's, as in Spark
+    assert session.default_shuffle_partitions({"spark.master": "local[3]"}, master) == (
+        3,
+        "the cores of local[3]",
+    )
+
+
+def test_spark_defaults_and_submit_args_are_read_as_spark_submit_reads_them(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "spark-defaults.conf").write_text(
+        "# comment\nspark.master   local[4]\nspark.sql.shuffle.partitions=16\n"
+        "spark.executor.memory: 2g\n"
+    )
+    found = session.submitted_conf({"SPARK_CONF_DIR": str(tmp_path)})
+    assert found == {
+        "spark.master": "local[4]",
+        "spark.sql.shuffle.partitions": "16",
+        "spark.executor.memory": "2g",
+    }
+    other = tmp_path / "other.conf"
+    other.write_text("spark.cores.max 3\n")
+    args = f"--master local[2] --conf spark.default.parallelism=9 --properties-file {other} x"
+    found = session.submitted_conf({"SPARK_CONF_DIR": str(tmp_path), "PYSPARK_SUBMIT_ARGS": args})
+    assert found == {
+        "spark.cores.max": "3",  # --properties-file instead of spark-defaults.conf
+        "spark.master": "local[2]",
+        "spark.default.parallelism": "9",
+    }
+    assert session.submitted_conf({"SPARK_CONF_DIR": str(tmp_path / "none")}) == {}
+
+
+def test_configure_sets_the_cores_and_keeps_a_value_the_user_set(
+    clean_python_env: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))  # an empty conf folder
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    options = flamestream.configure(SparkSession.Builder().master("local[2]"))._options  # type: ignore[attr-defined]
+    assert options[session.SHUFFLE_PARTITIONS] == "2"
+    assert options[session.CHOSEN_PARTITIONS] == "2 the cores of local[2]"
+    builder = SparkSession.Builder().master("local[2]").config(session.SHUFFLE_PARTITIONS, "64")
+    options = flamestream.configure(builder)._options  # type: ignore[attr-defined]
+    assert options[session.SHUFFLE_PARTITIONS] == "64" and session.CHOSEN_PARTITIONS not in options
+    (tmp_path / "spark-defaults.conf").write_text("spark.sql.shuffle.partitions 12\n")
+    options = flamestream.configure(SparkSession.Builder().master("local[2]"))._options  # type: ignore[attr-defined]
+    assert session.SHUFFLE_PARTITIONS not in options  # the file's 12 applies when Spark starts
+    assert session.CHOSEN_PARTITIONS not in options
+    (tmp_path / "spark-defaults.conf").unlink()
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1")  # spark-submit's JVM: its confs unknown
+    options = flamestream.configure(SparkSession.Builder().master("local[2]"))._options  # type: ignore[attr-defined]
+    assert session.SHUFFLE_PARTITIONS not in options
+
+
+def test_a_default_gives_way_to_the_checkpoints_p_and_the_users_value_is_refused() -> None:
+    default = KeyPartitions(2, "flamestream.configure's spark.sql.shuffle.partitions, ...")
+    assert default.for_checkpoint(None, "graph wc") is default  # a new checkpoint
+    assert default.for_checkpoint(2, "graph wc") is default
+    kept = default.for_checkpoint(200, "graph wc")  # first run under Spark's 200
+    assert kept.count == 200 and kept.option is None
+    assert kept.source.startswith("recorded by the checkpoint when it first ran (else 2: ")
+    for users in (key_partitions.given(8), KeyPartitions(8, "...", session.SHUFFLE_PARTITIONS)):
+        assert users.for_checkpoint(8, "graph wc") is users
+        with pytest.raises(ConfigError) as error:
+            users.for_checkpoint(200, "graph wc")
+        message = str(error.value)
+        assert message.startswith(f"graph wc: option '{users.option}' = 8 is invalid")
+        assert "200 key partitions, as when this checkpoint's state was written" in message
+        assert f"keep {users.option} at 200 for this checkpoint" in message

@@ -28,7 +28,7 @@ from flamestream.spark.connector.sink import (
     TaskParts,
     _released,
     fill_parts,
-    projected,
+    released_form,
     written_columns,
 )
 from flamestream.spark.exec.general.items import RELEASED_COLUMNS
@@ -181,7 +181,7 @@ def test_a_projected_part_is_the_full_parts_columns_byte_for_byte(
         assert narrow_table.schema.names == list(columns)
 
 
-def test_projected_selects_only_when_asked():
-    rows = table([(1, 0, b"\x01", 0)], 0)
-    assert projected(rows, None) is rows
-    assert projected(rows, ("value", "ts")).column_names == ["value", "ts"]
+def test_released_form_selects_the_written_columns():
+    rows = table([(1, 0, b"", 0)], 0)
+    assert released_form(rows, None).equals(rows)
+    assert released_form(rows, ("value", "ts")).column_names == ["value", "ts"]

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flamestream.model import GlobalTime
+from flamestream.model import GlobalTime, LocalTime
 from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.connector.sink import (
     STREAMED_PARTS,
@@ -26,15 +26,23 @@ from flamestream.spark.connector.sink import (
     _ready,
     fill_parts,
 )
-from flamestream.spark.exec.general.items import MAY_INVALIDATE, TOMBSTONE
+from flamestream.spark.exec.general.items import MAY_INVALIDATE, TOMBSTONE, encode_trace
 from pyspark_flamestream.sinks.files import FilesOutput
 
 from ..examples import examples
 
+#: Encoded traces in every order relation (a prefix, siblings), logical times 0: as released.
+TRACES = [
+    encode_trace(()),
+    encode_trace((LocalTime(0, 0),)),
+    encode_trace((LocalTime(0, 1),)),
+    encode_trace((LocalTime(0, 0), LocalTime(0, 2))),
+]
+
 ROW = st.tuples(
     st.integers(0, 5),  # ts
     st.integers(0, 1),  # front
-    st.sampled_from([b"", b"\x00", b"\x01", b"\x00\x02"]),  # trace
+    st.sampled_from(TRACES),  # trace
     st.sampled_from([0, 0, 0, 0, MAY_INVALIDATE, TOMBSTONE]),  # flags
 )
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flamestream.model import GlobalTime, LocalTime, Meta, invalidates
+from flamestream.model import GlobalTime, LocalTime, Meta, invalidates, lineage
 from flamestream.spark.connector.barrier import NewerVersions, drop_invalidated
 from flamestream.spark.exec.general.items import (
     MAY_INVALIDATE,
@@ -17,6 +17,7 @@ from flamestream.spark.exec.general.items import (
     encode_payload,
     encode_trace,
     extended_traces,
+    lineage_column,
     sorted_by_meta,
     stable_order,
 )
@@ -29,6 +30,29 @@ traces = st.lists(local_times, max_size=5).map(tuple)
 def test_encoded_traces_order_as_the_traces_do(a, b):
     assert (encode_trace(a) < encode_trace(b)) == (a < b)
     assert decode_trace(encode_trace(a)) == a
+
+
+@settings(deadline=None)  # the first example imports Arrow's compute kernels
+@given(
+    st.lists(st.one_of(st.none(), traces), max_size=12),
+    st.integers(0, 4),
+    st.sampled_from(["plain", "dictionary", "chunked", "large"]),
+)
+def test_a_released_trace_column_is_each_traces_lineage(drawn, cut, layout):
+    """On slices, nulls, dictionary-encoded and chunked columns alike."""
+    column = pa.array([None if t is None else encode_trace(t) for t in drawn], pa.binary())
+    column = column.slice(min(cut, len(column)))
+    kept = drawn[min(cut, len(drawn)) :]
+    if layout == "dictionary":
+        column = column.dictionary_encode()
+    elif layout == "chunked":
+        column = pa.chunked_array([column.slice(0, 2), column.slice(2)], type=column.type)
+    elif layout == "large":
+        column = column.cast(pa.large_binary())
+    released = lineage_column(column)
+    if not isinstance(released, pa.ChunkedArray):
+        released.validate(full=True)
+    assert released.to_pylist() == [None if t is None else encode_trace(lineage(t)) for t in kept]
 
 
 @given(st.one_of(st.text(), st.binary(), st.tuples(st.integers(), st.text())))

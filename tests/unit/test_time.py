@@ -1,7 +1,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flamestream.model import END_OF_TIME, MAX_FRONT, MAX_TS, GlobalTime, LocalTime, Meta
+from flamestream.model import END_OF_TIME, MAX_FRONT, MAX_TS, GlobalTime, LocalTime, Meta, lineage
 from flamestream.model import invalidates as inv
 
 from .helpers import meta
@@ -82,3 +82,23 @@ def test_invalidation_survives_appending_local_times(a, b, x, y):
     # traces are append-only, so the relation cannot be lost downstream
     if inv(b, a):
         assert inv(b.extended(y), a.extended(x))
+
+
+@given(st.lists(metas, max_size=8))
+def test_lineages_keep_the_order_of_what_a_barrier_can_release_together(drawn):
+    """Of items no other invalidates (what a sink releases of one global time), the lineages
+    order as the metas do and stay distinct: the logical times never decided between them."""
+    valid = sorted({m for m in drawn if not any(inv(other, m) for other in drawn)}, key=lambda m: m)
+    released = [Meta(m.global_time, lineage(m.trace)) for m in valid]
+    assert released == sorted(released)
+    assert len(set(released)) == len(released)
+    assert all(local.logical == 0 for m in released for local in m.trace)
+    assert [[local.child for local in m.trace] for m in released] == [
+        [local.child for local in m.trace] for m in valid
+    ]
+
+
+def test_a_lineage_drops_only_the_logical_times():
+    trace = (LocalTime(3, 1), LocalTime(0, 2), LocalTime(7, 0))
+    assert lineage(trace) == (LocalTime(0, 1), LocalTime(0, 2), LocalTime(0, 0))
+    assert lineage(()) == ()

@@ -302,8 +302,8 @@ def stamped(records: list[tuple[int, str]]) -> Iterator[tuple[int, str]]:
         yield previous, line
 
 
-def expected_rows(fronts: list[Front]) -> list[tuple[int, int, str, str]]:
-    """The reference runtime's released rows, in order: ``(ts, front, trace hex, value)``.
+def expected_rows(fronts: list[Front]) -> list[tuple[int, int, str, int, str]]:
+    """The reference runtime's released rows, in order: ``(ts, front, trace hex, flags, value)``.
 
     Its input is every front's records with the global times the query gives them: front
     ids in sorted order of the file names (the files front numbers them so), ts from the
@@ -316,28 +316,36 @@ def expected_rows(fronts: list[Front]) -> list[tuple[int, int, str, str]]:
     inputs = {ids[front.name]: list(stamped(front.records)) for front in fronts}
     result = run_in_order(build_flow(), inputs)
     return [
-        (r.global_time.ts, r.global_time.front, encode_trace(r.trace).hex(), str(r.payload))
+        (r.global_time.ts, r.global_time.front, encode_trace(r.trace).hex(), 0, str(r.payload))
         for r in result.released()
     ]
 
 
-def as_released(row: dict[str, Any]) -> tuple[int, int, str, str]:
+def as_released(row: dict[str, Any]) -> tuple[int, int, str, int, str]:
     """A released row of the files sink in :func:`expected_rows`' terms."""
-    return int(row["ts"]), int(row["front"]), str(row["trace"]), str(row["value"])
+    return (
+        int(row["ts"]),
+        int(row["front"]),
+        str(row["trace"]),
+        int(row["flags"]),
+        str(row["value"]),
+    )
 
 
-def verify(out: Path, expected: list[tuple[int, int, str, str]], totals: Totals) -> bool:
+def verify(out: Path, expected: list[tuple[int, int, str, int, str]], totals: Totals) -> bool:
     """Print the summary and the verdict: the released rows are the reference runtime's.
 
-    Compared: each row's global time and value, as a multiset, and the release order by
-    global time. Not the traces: their logical times count what a grouping did, and a
-    replay is work the in-order run never does (the determinism contract is about global
-    times and payloads, ``RunResult.timed``). Exactly once: no two rows share a global time
-    and a trace (a version released twice, or two versions of one output).
+    Compared: every column of every row (global time, released trace, flags, value), as a
+    multiset, and the release order: by global time, a global time's rows by their traces.
+    The reference runtime reads the lines in global-time order and never replays; the query
+    replays what late lines changed, and releases the same rows all the same (a released
+    trace is a lineage, free of the logical times that count a grouping's replays).
+    Exactly once: no two rows share a global time and a trace (a version released twice, or
+    two versions of one output).
     """
     rows = [as_released(row) for row in released_rows(out)]
-    same = sorted(r[:2] + r[3:] for r in rows) == sorted(r[:2] + r[3:] for r in expected)
-    in_order = [row[:2] for row in rows] == sorted(row[:2] for row in rows)
+    same = sorted(rows) == sorted(expected)
+    in_order = [row[:3] for row in rows] == sorted(row[:3] for row in rows)
     once = len({row[:3] for row in rows}) == len(rows)
     late = totals.replayed > 0 and totals.invalidated > 0
     print(

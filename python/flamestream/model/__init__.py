@@ -10,6 +10,7 @@ from flamestream.model.time import (
     Meta,
     Trace,
     invalidates,
+    lineage,
 )
 
 __all__ = [
@@ -22,4 +23,5 @@ __all__ = [
     "Meta",
     "Trace",
     "invalidates",
+    "lineage",
 ]

@@ -73,3 +73,22 @@ def invalidates(newer: Meta, older: Meta) -> bool:
         if old_local != new_local:
             return old_local.logical < new_local.logical
     return False
+
+
+def lineage(trace: Trace) -> Trace:
+    """The trace a barrier sink releases: ``trace`` with every logical time set to 0.
+
+    A grouping's logical times count the tuples it emitted, replays included, so they depend
+    on the order items arrived in; a released row must not (the determinism contract). They
+    never order released items either: a sink releases a global time's items together, once
+    none can be invalidated any more, and two valid items of one global time first differ in
+    a child index (were it a logical time, the greater would invalidate the other and the
+    barrier would have dropped that one) or not at all (one trace a prefix of the other).
+    Setting every logical time to 0 keeps those differences, so a sink's released items keep
+    their order and stay distinct, and what is left (the child indexes along the item's path:
+    which flat_map output, which broadcast copy) is a function of the input alone.
+
+    >>> lineage((LocalTime(0, 2), LocalTime(5, 0), LocalTime(0, 1)))
+    (LocalTime(logical=0, child=2), LocalTime(logical=0, child=0), LocalTime(logical=0, child=1))
+    """
+    return tuple(LocalTime(0, local.child) if local.logical else local for local in trace)

@@ -43,7 +43,16 @@ from flamestream.graph import (
     Step,
 )
 from flamestream.graph.steps import STATELESS
-from flamestream.model import MAX_FRONT, MAX_TS, DataItem, GlobalTime, LocalTime, Meta, Trace
+from flamestream.model import (
+    MAX_FRONT,
+    MAX_TS,
+    DataItem,
+    GlobalTime,
+    LocalTime,
+    Meta,
+    Trace,
+    lineage,
+)
 from flamestream.runtime.acker import Acker, item_id
 from flamestream.runtime.barrier import BarrierBuffer
 from flamestream.runtime.batches import as_batch_error, one
@@ -105,12 +114,19 @@ class FrontPosition:
 
 @dataclass(frozen=True, slots=True)
 class Released:
-    """An item a barrier sink released."""
+    """An item a barrier sink released, as the sink releases it.
+
+    ``trace`` is the released trace: the item's :func:`~flamestream.model.lineage`, a function
+    of the input alone, as every released column is. ``meta`` is the item's meta as the
+    barrier held it, for checks of the runtime's own rules: its trace's logical times count
+    what the groupings did, replays included, so they depend on the order items arrived in.
+    """
 
     sink: str
     global_time: GlobalTime
     payload: Any
     trace: Trace
+    meta: Meta
 
 
 @dataclass(frozen=True, slots=True)
@@ -493,7 +509,7 @@ class ReferenceRuntime:
         self._min_time = min_time
         for sink, barrier in self._barriers.items():
             self._released[sink].extend(
-                Released(sink, i.global_time, i.payload, i.meta.trace)
+                Released(sink, i.global_time, i.payload, lineage(i.meta.trace), i.meta)
                 for i in barrier.release(min_time)
             )
         for grouping in self._groupings.values():

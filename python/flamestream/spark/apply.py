@@ -34,6 +34,7 @@ from flamestream.errors import ConfigError, GraphError
 from flamestream.graph.dataflow import Dataflow
 from flamestream.graph.logical import LogicalGraph
 from flamestream.launcher import RECOMMENDED_CONF
+from flamestream.spark import key_partitions
 from flamestream.spark.control.budgeted import INITIAL_LIMIT, LIMIT_FROM, BudgetPolicy
 from flamestream.spark.control.handle import QueryControl
 from flamestream.spark.control.key_layout import ElasticPolicy
@@ -44,6 +45,7 @@ from flamestream.spark.exec.general.front_stage import RECORDS, FrontStage
 from flamestream.spark.exec.general.items import (
     BYTES_TAG,
     ITEM_DDL,
+    LOCAL_BYTES,
     MAY_INVALIDATE,
     RELEASED_COLUMNS,
     TEXT_TAG,
@@ -64,6 +66,8 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
+    from flamestream.spark.key_partitions import KeyPartitions
+
 _log = logging.getLogger(__name__)
 
 #: The columns of what ``apply`` returns: the meta, the determinant, the sink, the payload.
@@ -74,11 +78,15 @@ class SparkGraph:
     """A graph compiled for Spark; ``apply`` it to as many DataFrames as you like.
 
     ``fusion=False`` runs every stateless step as its own pass (for comparison).
-    ``partitions`` is the number of key partitions of keyed stages (default
-    ``spark.sql.shuffle.partitions``; fixed for a checkpoint). ``release="latest"`` (graphs
-    whose groupings are map_reduce's) releases per batch only the latest value of each key
-    instead of every update, and pre-combines mapped values on the map side where the reducer
-    is declared ``commutative``; the default ``"every"`` releases what the model releases.
+    ``partitions`` is the number of key partitions of keyed stages, ``P``: the most keyed
+    tasks a batch runs at once and the most a rescale can make active (default
+    ``spark.sql.shuffle.partitions``, which ``flamestream.configure`` sets to the
+    application's cores unless the user set it; fixed for a checkpoint, see
+    :mod:`flamestream.spark.key_partitions`; ``describe()`` says which).
+    ``release="latest"`` (graphs whose groupings are map_reduce's) releases per batch only the
+    latest value of each key instead of every update, and pre-combines mapped values on the
+    map side where the reducer is declared ``commutative``; the default ``"every"`` releases
+    what the model releases.
     ``elastic=True`` (streaming, with a checkpoint) lets key ranges move between the keyed
     partitions between micro-batches, when one partition gets much more than its share of the
     items (:mod:`flamestream.spark.control.key_layout`; an ``ElasticPolicy`` sets when), and
@@ -126,6 +134,8 @@ class SparkGraph:
         self.render = render
         self.partitions = partitions
         self.release = release
+        #: the key partitions the last application chose (None: not applied yet)
+        self.chosen: KeyPartitions | None = None
 
     # what the plan decided, under the names the wiring below uses
     @property
@@ -149,8 +159,30 @@ class SparkGraph:
         return self.plan.source
 
     def describe(self) -> str:
-        """What runs where: the stages, the steps fused into each, and where items go."""
-        return self.plan.describe()
+        """What runs where: the stages, the steps fused into each, and where items go.
+
+        A graph with groupings also says its key partitions ``P`` and where they came from:
+        the last ``apply``'s choice, else what ``partitions=`` or the running session gives
+        (a checkpoint may still keep another), else, before any session, how ``P`` will be
+        chosen. It never starts a session.
+        """
+        text = self.plan.describe()
+        if not self.keyed:
+            return text
+        head, _, rest = text.partition("\n")
+        return f"{head}\n  {self._partitions_line()}\n{rest}".rstrip("\n")
+
+    def _partitions_line(self) -> str:
+        """``describe()``'s line on ``P``."""
+        if self.chosen is not None:
+            return self.chosen.describe()
+        if self.partitions:
+            return key_partitions.given(self.partitions).describe()
+        session = key_partitions.active_session()
+        if session is None:
+            return key_partitions.UNDECIDED
+        found = key_partitions.of_session(session)
+        return f"{found.describe()} (unless a checkpoint recorded another)"
 
     @property
     def keyed(self) -> bool:
@@ -179,14 +211,17 @@ class SparkGraph:
         ``ts, front, trace, flags, source, position, sink, value``: ``value`` is the payload
         as text (``render``), ``(ts, front, trace)`` its meta, ordered as the model orders
         them, ``flags`` whether it may invalidate (a replayed version) or is a tombstone: the
-        barrier sink uses both to drop invalidated versions before it releases.
+        barrier sink uses both to drop invalidated versions before it releases. These are the
+        items as they reach the sinks, not yet released: a trace's logical times count a
+        grouping's replays. The flamestream sink releases each valid row with its trace's
+        lineage and no flag (``flamestream.model.lineage``), as the reference runtime does.
 
         A streaming ``df`` through a graph with groupings needs ``checkpoint_location``, the
         query's checkpoint: the groupings' state is kept under it (``flamestream-graph/``)
         and their garbage collection follows the min-time in its offset log.
         """
         rows, _ = self._wire(df, payload, checkpoint_location, sink_runs=False)
-        return rows
+        return rows if rows.isStreaming else _released(rows)
 
     def write_stream(
         self, df: DataFrame | Any, *, checkpoint_location: str, payload: str = "value"
@@ -224,8 +259,11 @@ class SparkGraph:
         """Plan and wire one application: the result rows, and the sink's task if it runs one."""
         budget_from = checkpoint_location if self.budgets is not None else None
         swaps = SwapReader(checkpoint_location) if self.swappable and checkpoint_location else None
-        rows, in_front = self._front_rows(df, payload, budget_from, swaps, to_sink=sink_runs)
-        plan = self._query_plan(rows, checkpoint_location)
+        partitions = self._key_partitions(_session_of(df), checkpoint_location)
+        rows, in_front = self._front_rows(
+            df, payload, budget_from, swaps, to_sink=sink_runs, partitions=partitions
+        )
+        plan = self._query_plan(rows, checkpoint_location, partitions)
         if self.plan.passthrough:
             return self._passthrough(rows, payload, in_front=in_front)
         in_sink = self.plan.in_sink if sink_runs and plan.state_url is not None else None
@@ -238,8 +276,13 @@ class SparkGraph:
             wiring.add(stage)
         return wiring.result(), wiring.sink_task
 
-    def _query_plan(self, df: DataFrame, checkpoint_location: str | None) -> _QueryPlan:
-        """What this application of the graph decides once: partitions, loops, state, layout."""
+    def _query_plan(
+        self, df: DataFrame, checkpoint_location: str | None, partitions: int
+    ) -> _QueryPlan:
+        """What this application of the graph decides once: loops, state, layout.
+
+        ``partitions``: the key partitions chosen for it (:meth:`_key_partitions`).
+        """
         if df.isStreaming:
             _no_adaptive_streaming(df.sparkSession)
             _check_recommended_conf(df.sparkSession)
@@ -251,7 +294,6 @@ class SparkGraph:
                 "apply(df, checkpoint_location=ck), then "
                 "writeStream.option('checkpointLocation', ck)",
             )
-        partitions = self._key_partitions(df.sparkSession)
         if self.cut and not df.isStreaming:
             cycle = ", ".join(f"{a} -> {b}" for a, b in sorted(self.cut))
             raise GraphError(
@@ -314,10 +356,13 @@ class SparkGraph:
         swaps: SwapReader | None = None,
         *,
         to_sink: bool = False,
+        partitions: int | None = None,
     ) -> tuple[DataFrame, bool]:
         """The input as a DataFrame; True when fronts' readers ran :attr:`plan.in_front`.
 
-        (Or, for the empty graph, the render: :attr:`plan.passthrough`.) ``budget_from``:
+        (Or, for the empty graph, the render: :attr:`plan.passthrough`.) ``partitions``: the
+        keyed stages' key partitions, for front rows that leave in blocks (None: the
+        session's, :meth:`_key_partitions` without a checkpoint). ``budget_from``:
         the checkpoint whose budget policy sets the fronts' read limit; ``swaps``: the query's
         function swaps, which the fronts' first stage obeys; ``to_sink``: the rows go to the
         flamestream sink (``write_stream``), which can open blocks.
@@ -340,7 +385,10 @@ class SparkGraph:
             session = self._session(getattr(readers[0], "_spark", None))
             # blocks need the key partitions, and Arrow batches Spark keeps small (else rows)
             bounded = arrow_batches_bounded(session)
-            partitions = self._key_partitions(session) if bounded else 0
+            if not bounded:
+                partitions = 0
+            elif partitions is None:
+                partitions = self._key_partitions(session, None)
             option = self._front_stage(payload, partitions, swaps).encode()
         loaded = []
         initial = self.budgets.initial_limit() if self.budgets else 0
@@ -391,12 +439,20 @@ class SparkGraph:
             items = self._items(rows, payload).mapInArrow(runner, ITEM_DDL)
         return items.withColumnRenamed("to", "sink").select(*OUTPUT_COLUMNS), None
 
-    def _key_partitions(self, session: Any) -> int:
-        """The key partitions of the keyed stages: ``partitions=``, else the session's."""
+    def _key_partitions(self, session: Any, checkpoint_location: str | None) -> int:
+        """The keyed stages' key partitions ``P`` for this application (kept in :attr:`chosen`).
+
+        ``partitions=``, else the session's (:mod:`flamestream.spark.key_partitions`); a
+        checkpoint that recorded another count keeps it, unless the user set this one
+        (then a :class:`ConfigError` before the query starts).
+        """
         if self.partitions:
-            return self.partitions
-        conf = self._session(session).conf.get("spark.sql.shuffle.partitions")
-        return int(conf or "200")
+            found = key_partitions.given(self.partitions)
+        else:
+            found = key_partitions.of_session(self._session(session))
+        recorded = key_partitions.recorded(checkpoint_location)
+        self.chosen = found.for_checkpoint(recorded, f"graph {self.graph.name}")
+        return self.chosen.count
 
     @staticmethod
     def _session(session: Any) -> Any:
@@ -755,6 +811,36 @@ def _observed_records(rows: DataFrame, *, fused: bool) -> DataFrame:
     return rows.observe(OBSERVED_METRICS, total).drop(RECORDS)
 
 
+def _released(rows: DataFrame) -> DataFrame:
+    """A bounded input's rows as a barrier sink releases them, any batch writer's output.
+
+    A bounded input runs whole, in meta order: nothing is replayed, so no row is flagged
+    and none is invalidated; what is left is the trace's lineage, made in the JVM.
+    """
+    from pyspark.sql import functions as F
+
+    flags = F.col("flags").bitwiseAND(F.lit(~MAY_INVALIDATE)).cast("tinyint")
+    return rows.withColumns({"trace": lineage_of(F.col("trace")), "flags": flags})
+
+
+def lineage_of(trace: Column) -> Column:
+    """Spark SQL: the encoded ``trace``'s lineage (``flamestream.model.lineage``).
+
+    Each 12-byte local time's 8-byte logical time replaced by zeros, its 4-byte child index
+    kept; an empty trace (a front's row) stays empty.
+    """
+    from pyspark.sql import functions as F
+
+    width = LOCAL_BYTES
+    locals_ = F.sequence(F.lit(0), (F.length(trace) / width).cast("int") - 1)
+
+    def child_of(done: Column, nth: Column) -> Column:
+        return F.concat(done, F.lit(bytes(8)), F.substring(trace, nth * width + 9, F.lit(4)))
+
+    lineage = F.aggregate(locals_, F.lit(b""), child_of)
+    return F.when(F.length(trace) == 0, trace).otherwise(lineage)
+
+
 def _union(frames: list[DataFrame]) -> DataFrame:
     """The rows of every DataFrame in ``frames`` (at least one), matched by column name."""
     rows = frames[0]
@@ -823,6 +909,13 @@ def _invalidators_everywhere(rows: DataFrame, partitions: int, column: str = "ke
             for c in rows.columns
         ]
     )
+
+
+def _session_of(df: DataFrame | Any) -> Any:
+    """The session of ``df``: a DataFrame, a front's reader or a list of readers (or None)."""
+    first = df[0] if isinstance(df, list | tuple) and df else df
+    session = getattr(first, "sparkSession", None) if hasattr(first, "isStreaming") else None
+    return session or getattr(first, "_spark", None)
 
 
 def check_layout(

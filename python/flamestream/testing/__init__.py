@@ -23,7 +23,7 @@ from typing import Any
 
 from flamestream.errors import ScheduleError
 from flamestream.graph import Dataflow, LogicalGraph
-from flamestream.model import GlobalTime
+from flamestream.model import GlobalTime, Trace
 from flamestream.runtime import (
     FifoScheduler,
     RandomScheduler,
@@ -174,8 +174,17 @@ class RunResult:
         return [r.payload for r in self.released(sink)]
 
     def timed(self, sink: str | None = None) -> list[tuple[GlobalTime, Any]]:
-        """``(global time, payload)`` pairs: what the determinism contract is about."""
+        """``(global time, payload)`` pairs, in release order."""
         return [(r.global_time, r.payload) for r in self.released(sink)]
+
+    def rows(self, sink: str | None = None) -> list[tuple[GlobalTime, Trace, Any]]:
+        """``(global time, released trace, payload)``: what the determinism contract is about.
+
+        Every column a sink releases but the determinant, in release order: equal for every
+        arrival order of the same input (the trace is the released one, a
+        :func:`~flamestream.model.lineage`).
+        """
+        return [(r.global_time, r.trace, r.payload) for r in self.released(sink)]
 
     @property
     def stats(self) -> RuntimeStats:

@@ -354,7 +354,10 @@ class SeaweedFS:
 
     @property
     def log_path(self) -> Path:
-        """The server's log file (stdout and stderr); removed by ``stop()``."""
+        """The server's log file (stdout and stderr); removed by ``stop()``.
+
+        weed's own log files are in ``logs/`` beside it (removed too).
+        """
         if self._workdir is None:
             msg = "SeaweedFS is not started, so it has no log"
             raise SeaweedFSError(msg)
@@ -526,7 +529,12 @@ class SeaweedFS:
             "metricsPort": port["metrics"],
             "webdav": "false",
         }
-        return [weed, "server", *(f"-{key}={value}" for key, value in flags.items())]
+        # weed's logger writes its files (and links to them) to $TMPDIR unless told where:
+        # the work folder, so stop() removes them with everything else
+        logs = workdir / "logs"
+        logs.mkdir()
+        command = [weed, f"-logdir={logs}", "server"]
+        return [*command, *(f"-{key}={value}" for key, value in flags.items())]
 
     def _launch(self, weed: str) -> None:
         self._workdir = Path(tempfile.mkdtemp(prefix="flamestream-seaweedfs-"))

@@ -15,7 +15,9 @@ computed, before Spark logs it), ``front.read``
 ``sink.commit.marked`` (marker written; the output's readers not told yet, Spark's commit log
 not yet); in the files sink with ``release=tasks``, ``sink.commit.published`` (the first of
 the batch's parts published, the others not yet); in the kafka sink,
-``sink.kafka.in_transaction`` (records sent in the batch's transaction, not committed); and
+``sink.kafka.in_transaction`` (records sent in the batch's transaction, not committed); in the
+delta sink, ``sink.delta.writing`` (delta-rs has taken the batch's rows and written a data
+file of its commit, which it cannot make yet: the sink holds the stream of rows open); and
 in graphs' keyed stages, ``graph.keyed.saved`` (a task wrote its state snapshot, its output
 not yet sent on); in graphs with a loop channel, ``graph.loop.sent`` (a task wrote the items it
 sends into the loop and their ack contributions) and ``graph.loop.received`` (a loop read task
@@ -60,10 +62,18 @@ def arm() -> None:
     os.environ[GROUP_ENV] = str(os.getpgid(0))
 
 
+def armed(point: str, batch_id: int) -> bool:
+    """Whether the environment asks for a crash at ``point`` in ``batch_id``.
+
+    For a point that must first bring about what the crash is meant to leave behind.
+    """
+    wanted = os.environ.get(ENV)
+    return bool(wanted) and wanted == f"{point}:{batch_id}"
+
+
 def crash_point(point: str, batch_id: int) -> None:
     """Die here if the environment asks for it (see the module docstring)."""
-    wanted = os.environ.get(ENV)
-    if wanted and wanted == f"{point}:{batch_id}":
+    if armed(point, batch_id):
         once = os.environ.get(ONCE_ENV)
         if once:
             try:

@@ -35,6 +35,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -65,10 +66,12 @@ from flamestream.spark.durable.files import filesystem, write_atomically
 from flamestream.spark.durable.loop import AckTable, loops_enabled
 from flamestream.spark.durable.state import STATE_BYTES
 from flamestream.spark.exec.general.items import (
+    ITEM_FIELDS,
     MAY_INVALIDATE,
     RELEASED_COLUMNS,
     TOMBSTONE,
     ascending,
+    lineage_column,
 )
 from flamestream.spark.exec.general.shipping import OPTION as STAGE_OPTION
 from flamestream.spark.exec.general.shipping import SinkTask, unship
@@ -130,9 +133,57 @@ def kept_columns(columns: Sequence[str] | None, names: Sequence[str]) -> list[st
     return [name for name in names if name in BARRIER_COLUMNS or name in columns]
 
 
-def projected(rows: pa.Table, columns: Sequence[str] | None) -> pa.Table:
-    """``rows`` as a sink writes them: only ``columns`` (None: all), in that order."""
-    return rows if columns is None else rows.select(list(columns))
+def released_form(rows: pa.Table, columns: Sequence[str] | None) -> pa.Table:
+    """``rows`` as a sink writes them: released traces and flags, only ``columns`` (None: all).
+
+    The barrier orders and invalidates by the rows' own traces and flags; what it releases
+    is a function of the input alone: each trace's lineage (:func:`lineage_column`: the
+    logical times, which count a grouping's replays, set to 0; the order of a global time's
+    released rows and their distinctness are kept) and no may-invalidate flag (a released row
+    is valid, whatever replays made it), as the reference runtime releases them.
+    """
+    if columns is not None:
+        rows = rows.select(list(columns))
+    names = rows.column_names
+    if "trace" in names:
+        rows = rows.set_column(names.index("trace"), "trace", lineage_column(rows["trace"]))
+    if "flags" in names:
+        flags = pc.bit_wise_and(rows["flags"], pa.scalar(~MAY_INVALIDATE, rows["flags"].type))
+        rows = rows.set_column(names.index("flags"), "flags", flags)
+    return rows
+
+
+@dataclass(frozen=True)
+class ReleasedRows:
+    """What a sink's query releases, known at query start: for checks of the destination.
+
+    ``input``: the Spark schema of the rows the sink's tasks get; ``staged``: whether they
+    run a graph's keyed stage (``write_stream``), whose released rows have the columns
+    ``RELEASED_COLUMNS``; ``columns``: the columns written (None: all); ``choice`` and
+    ``option``: the ``columns`` option's value and name, for messages.
+    """
+
+    input: StructType
+    staged: bool
+    columns: tuple[str, ...] | None
+    choice: str
+    option: str = "columns"
+
+    def schema(self) -> pa.Schema:
+        """The Arrow schema of the rows ``SinkOutput.release`` gets (and parts hold).
+
+        Types and nullability as the rows declare them: Spark's (in Arrow, as Spark hands
+        them to the tasks), or the item rows' for a keyed stage's output.
+        """
+        if self.staged:
+            by_name = {field.name: field for field in ITEM_FIELDS}
+            fields = [by_name["to" if n == "sink" else n].with_name(n) for n in RELEASED_COLUMNS]
+        else:
+            from pyspark.sql.pandas.types import to_arrow_schema
+
+            fields = list(to_arrow_schema(self.input, timezone="UTC"))
+        named = {field.name: field for field in fields}
+        return pa.schema([named[n] for n in self.columns or [f.name for f in fields]])
 
 
 def _released(items: pa.RecordBatch, names: Sequence[str] = RELEASED_COLUMNS) -> pa.RecordBatch:
@@ -213,15 +264,19 @@ class BackgroundPart(PartWriter):
             running.result()
 
 
-class ProjectedPart(PartWriter):
-    """A part that writes only some columns of its rows (the sink's ``columns`` option)."""
+class ReleasedPart(PartWriter):
+    """A part that writes its rows as released (:func:`released_form`).
 
-    def __init__(self, inner: PartWriter, columns: Sequence[str]) -> None:
-        self.inner, self.columns = inner, list(columns)
+    The barrier's whole rows in; the written columns (the sink's ``columns`` option), traces
+    as lineages, out.
+    """
+
+    def __init__(self, inner: PartWriter, columns: Sequence[str] | None) -> None:
+        self.inner, self.columns = inner, columns
 
     def write(self, rows: pa.Table) -> None:
-        """Append the written columns of ``rows``."""
-        self.inner.write(rows.select(self.columns))
+        """Append ``rows`` as released."""
+        self.inner.write(released_form(rows, self.columns))
 
     def close(self) -> str:
         """Finish the part."""
@@ -261,6 +316,13 @@ class SinkOutput:
 
     def check(self) -> None:
         """Probe the destination at query start, after every option was validated."""
+
+    def check_rows(self, released: ReleasedRows) -> None:
+        """Fail at query start if the destination cannot hold the ``released`` rows as they are.
+
+        Runs after :meth:`check`. Outputs whose destination keeps a schema of its own (a
+        table) compare it here, so that a mismatch stops the query before its first batch.
+        """
 
     def release(self, batch_id: int, rows: pa.Table) -> None:
         """Write ``rows`` (sorted by global time) as batch ``batch_id``'s output."""
@@ -391,9 +453,9 @@ class OrderedPart:
     def write(self, rows: pa.Table) -> None:
         """Append ``rows``, in meta order and :meth:`follows` the part's last row."""
         if self.writer is None:
-            opened = self.output.open_part(self.batch_id, self.partition_id, self.run)
-            if self.columns is not None:
-                opened = ProjectedPart(opened, self.columns)
+            opened: PartWriter = ReleasedPart(
+                self.output.open_part(self.batch_id, self.partition_id, self.run), self.columns
+            )
             self.writer = BackgroundPart(opened) if self.background else opened
         self.writer.write(rows)
         self.rows += rows.num_rows
@@ -574,6 +636,10 @@ class BarrierWriter(DataSourceStreamArrowWriter):
         names = RELEASED_COLUMNS if self.stage is not None else schema.fieldNames()
         choice = options.name_list("columns", COLUMNS, "all")
         self.columns = _written(options, choice, names)
+        #: what the query releases, for the output's start check (``SinkOutput.check_rows``)
+        self.released = ReleasedRows(
+            schema, self.stage is not None, self.columns, choice, options.label("columns")
+        )
         #: the columns a write task keeps of its rows (None: all): what the barrier reads and
         #: what the sink writes; the others are dropped before anything stages or sorts them
         self.kept = kept_columns(self.columns, names)
@@ -660,7 +726,7 @@ class BarrierWriter(DataSourceStreamArrowWriter):
 
         def release(batch_id: int, rows: pa.Table | None) -> None:
             if rows is not None:
-                self.output.release(batch_id, projected(rows, self.columns))
+                self.output.release(batch_id, released_form(rows, self.columns))
             if self.release_in_tasks:
                 self.output.publish(batch_id, written)
             crash_point("sink.commit.released", batch_id)

@@ -22,9 +22,9 @@ from flamestream.spark.control.cluster import ClusterFollower
 from flamestream.spark.control.key_layout import (
     ElasticPolicy,
     Layout,
+    decide_rescale,
     migration_step,
     plan_layout,
-    rescale_target,
 )
 from flamestream.spark.control.swaps import SWAPS, consume_swap, withdraw_failed
 from flamestream.spark.durable import (
@@ -102,7 +102,9 @@ class LoopReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 RequestHandler = Callable[[dict[str, Any], Request, int], tuple[dict[str, Any], str]]
 
 #: The offset's fields that explain one planning; every other field holds for the batch (a
-#: handler may add its own), and only a change of those makes a batch.
+#: handler may add its own), and only a change of those makes a batch. ``decisions`` (how
+#: many plannings decided something) is carried over; the others are written only into the
+#: offset of the batch whose planning decided (:func:`_quiet`).
 _EXPLAINING = frozenset({"decisions", "reason", "requests", "moved", "movedBytes", "cluster"})
 
 
@@ -112,8 +114,9 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     The offset also holds the active partition count ``active``, the layout a migration is
     on its way to (``target``, None when none is), the layout a merge goes back to (``home``:
     the last rescale's target; None: the default over the active partitions) and the name of
-    the last request consumed (``consumed``); ``reason``, ``requests``, ``moved`` and
-    ``movedBytes`` say why.
+    the last request consumed (``consumed``); in the batch whose planning decided something,
+    ``reason``, ``requests``, ``moved``, ``movedBytes`` and ``cluster`` say why (a batch that
+    decided nothing has none of them; ``decisions`` counts the plannings that decided).
     """
 
     def __init__(
@@ -156,7 +159,7 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "consumed": "",
             SWAPS: [],
         }
-        return {**_offset(layout, 0, "default"), **start}
+        return {**_offset(layout, 0), **start}
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Nothing to fix: a layout decision is the only thing that moves this offset."""
@@ -172,8 +175,9 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         2. Drop the swaps withdrawn because their function raised (:meth:`_withdraw`), then
            consume the requests submitted after that one, in order, each through its kind's
            handler (:meth:`_consume`); ``rescale(n)`` sets ``active = n`` and a target laid
-           out over partitions ``0 … n-1`` (:func:`rescale_target`), replacing any target
-           still in progress (the migration goes on from where it is). With
+           out over partitions ``0 … n-1``, replacing any target still in progress (the
+           migration goes on from where it is); ``n`` equal to the active count changes
+           nothing (:func:`~.key_layout.decide_rescale`). With
            ``follow_cluster``, the application's cores may then set a new active count and
            target the same way (:meth:`_follow`), recorded with the cores (``cluster``).
         3. With a target in progress, move the next slots towards it, at most the policy's
@@ -182,7 +186,11 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
            better layout over the active partitions (:func:`plan_layout`) becomes the
            target, and its first step is taken at once.
         4. If anything was decided, return the new offset: Spark writes it into the offset
-           log before batch ``b`` runs, so ``b`` and any replay of it use this layout.
+           log before batch ``b`` runs, so ``b`` and any replay of it use this layout. If
+           nothing was, ``start`` without the explaining fields (:func:`_quiet`; ``start``
+           itself when it has none): they belong to the batch that decided. Spark runs a
+           batch when an offset changes, so on a query without new rows a decision is
+           followed by one batch without rows, the one that drops them.
         5. In batch ``b``, each keyed task restores the newest snapshots (written by batches
            before ``b``, wherever they ran) of the slots the layout gives it, runs, and saves
            one snapshot per slot it holds; a moved slot's state thus moves with the batch
@@ -202,7 +210,7 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state, followed = self._follow(state, last)
         state, reason, moved = self._move(state, last)
         if state == before:
-            return start
+            return _quiet(start)
         reasons = [*withdrawn]
         reasons += [f"{n['kind']} {n['request']}: {n['decision']}" for n in notes]
         reasons += [why for why in (followed, reason) if why]
@@ -274,16 +282,24 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         partitions = self.key_partitions
         if not isinstance(active, int) or isinstance(active, bool) or not 1 <= active <= partitions:
             return state, f"refused: active={active!r}, allowed 1..{partitions} (P)"
+
+        def layout(field: str) -> Layout | None:
+            found = state.get(field)
+            return None if found is None else Layout(partitions, tuple(found))
+
         current = Layout(partitions, tuple(state["assignment"]))
-        target = rescale_target(current, active, SlotLoads(self.state_url).read(last))
-        moves = len(current.moves_to(target))
+        loads = SlotLoads(self.state_url).read(last) if active != state["active"] else None
+        decided = decide_rescale(
+            current, int(state["active"]), active, layout("target"), layout("home"), loads
+        )
         new = {
             **state,
-            "active": active,
-            "target": list(target.assignment) if moves else None,
-            "home": list(target.assignment),  # where a merge after a split goes back to
+            "active": decided.active,
+            "target": None if decided.target is None else list(decided.target.assignment),
+            # where a merge after a split goes back to
+            "home": None if decided.home is None else list(decided.home.assignment),
         }
-        return new, f"{state['active']} -> {active} active partitions, {moves} slots to move"
+        return new, decided.text
 
     def _swap(
         self, state: dict[str, Any], request: Request, last: int
@@ -390,11 +406,23 @@ def _not_before(request: Request) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def _offset(layout: Layout, decisions: int, reason: str) -> dict[str, Any]:
+def _offset(layout: Layout, decisions: int) -> dict[str, Any]:
     return {
         "flamestreamLayout": 1,
         "partitions": layout.partitions,
         "assignment": list(layout.assignment),
         "decisions": decisions,
-        "reason": reason,
     }
+
+
+def _quiet(start: dict[str, Any]) -> dict[str, Any]:
+    """The offset of a batch that decided nothing after ``start``.
+
+    ``start`` less the fields that explain a decision (all but ``decisions``), or ``start``
+    itself if it has none. Without this, a batch that decided nothing would repeat the last
+    decision's ``moved``, ``reason`` and ``requests``, and a reader adding up ``moved`` over
+    the offset log would count one decision's moves once per batch after it.
+    """
+    if not (_EXPLAINING - {"decisions"}) & start.keys():
+        return start
+    return {k: v for k, v in start.items() if k == "decisions" or k not in _EXPLAINING}

@@ -262,8 +262,9 @@ def rescale_target(
     count). An active partition keeps its slots, heaviest first, while they fit its fair
     share (one at least); the rest, and every slot of a partition no longer active, go
     heaviest first to the active partition holding the least weight. If that does not lower
-    the heaviest partition's weight and no inactive partition holds a slot, nothing moves:
-    asking twice for the same count moves slots once.
+    the heaviest partition's weight and no inactive partition holds a slot, nothing moves.
+    Loads that changed may repack a layout already over ``active`` partitions: a request for
+    the count already held does not come here (:func:`decide_rescale`).
     """
     if not 1 <= active <= current.partitions:
         msg = f"active {active} is not in 1..{current.partitions}"
@@ -293,6 +294,59 @@ def rescale_target(
     ):
         return current
     return target
+
+
+@dataclass(frozen=True)
+class RescaleDecision:
+    """What a rescale request leaves: the active count, the migration's target, ``home``.
+
+    ``target``: the layout the migration goes to from now on (None: nothing left to move);
+    ``home``: where a merge after a split goes back to (None: the default over the active
+    partitions); ``moves``: the slots ``target`` moves from the current layout; ``text``:
+    the decision in words.
+    """
+
+    active: int
+    target: Layout | None
+    home: Layout | None
+    moves: int
+    text: str
+
+
+def decide_rescale(
+    current: Layout,
+    held: int,
+    asked: int,
+    target: Layout | None = None,
+    home: Layout | None = None,
+    slot_loads: Mapping[int, int] | None = None,
+) -> RescaleDecision:
+    """A request for ``asked`` active partitions, ``held`` being active now (pure).
+
+    ``current``: the layout now; ``target``, ``home``: the migration in progress and the
+    merge's home now; ``slot_loads``: items per slot in the last batch. The count already
+    held (the last one asked, or the one the checkpoint started with) changes nothing,
+    whatever the loads: the layout, the migration in progress and ``home`` stay, so asking
+    twice for a count moves slots once. Another count gets a target over ``asked``
+    partitions (:func:`rescale_target`), which is also ``home``, replacing the target in
+    progress: the migration goes on from ``current``. ``1 <= asked <= P`` is the caller's
+    to check.
+    """
+    if asked == held:
+        left = len(current.moves_to(target)) if target is not None else 0
+        going = f", the migration in progress goes on ({left} slots to move)" if left else ""
+        return RescaleDecision(
+            held, target, home, left, f"{held} active partitions already: nothing new{going}"
+        )
+    new = rescale_target(current, asked, slot_loads)
+    moves = len(current.moves_to(new))
+    return RescaleDecision(
+        asked,
+        new if moves else None,
+        new,
+        moves,
+        f"{held} -> {asked} active partitions, {moves} slots to move",
+    )
 
 
 def migration_step(
@@ -388,6 +442,8 @@ __all__ = [
     "SALT_PREFIX",
     "ElasticPolicy",
     "Layout",
+    "RescaleDecision",
+    "decide_rescale",
     "desired_active",
     "migration_step",
     "plan_layout",

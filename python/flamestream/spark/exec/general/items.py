@@ -126,6 +126,55 @@ def decode_trace(data: bytes) -> Trace:
     return tuple(LocalTime(*_LOCAL.unpack_from(data, i)) for i in range(0, len(data), LOCAL_BYTES))
 
 
+#: A local time's three 32-bit words kept by :func:`lineage_column`: only the child index's.
+_CHILD = np.array([0, 0, 0xFFFFFFFF], np.uint32)
+
+
+def _by_local(data: np.ndarray) -> np.ndarray:
+    """Encoded traces' bytes as rows of three 32-bit words, one row a local time."""
+    return data.view(np.uint32).reshape(-1, 3)
+
+
+def lineage_column(traces: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """Encoded traces as a sink releases them: each one's :func:`~flamestream.model.lineage`.
+
+    Every local time's logical part (its first 8 bytes) set to 0, in one pass over the
+    column's bytes; a dictionary-encoded column has its dictionary done (a key partition's
+    traces are mostly a few distinct ones). Nulls stay null.
+
+    >>> trace = (LocalTime(0, 2), LocalTime(5, 0))
+    >>> [decode_trace(t) for t in lineage_column(pa.array([encode_trace(trace)])).to_pylist()]
+    [(LocalTime(logical=0, child=2), LocalTime(logical=0, child=0))]
+    """
+    if isinstance(traces, pa.ChunkedArray):
+        return pa.chunked_array([lineage_column(c) for c in traces.chunks], type=traces.type)
+    if isinstance(traces, pa.DictionaryArray):
+        dictionary = lineage_column(traces.dictionary)
+        return pa.DictionaryArray.from_arrays(traces.indices, dictionary)
+    if pa.types.is_large_binary(traces.type):
+        offsets = np.frombuffer(traces.buffers()[1], np.int64)
+    else:
+        offsets = np.frombuffer(traces.buffers()[1], np.int32)
+    offsets = offsets[traces.offset : traces.offset + len(traces) + 1]
+    start, end = int(offsets[0]), int(offsets[-1])
+    if (end - start) % LOCAL_BYTES:
+        msg = f"encoded traces of {end - start} bytes: not a whole number of local times"
+        raise ValueError(msg)
+    # as 32-bit words, 3 a local time: the logical time's 2 cleared, the child index's kept,
+    # in one pass that reads the old bytes and writes the new (no copy, then a strided write)
+    words = np.frombuffer(traces.buffers()[2] or b"", np.uint8)[start:end]
+    data = np.empty(end - start, np.uint8)
+    np.bitwise_and(_by_local(words.copy() if start % 4 else words), _CHILD, out=_by_local(data))
+    # a validity bitmap from offset 0, as the new offsets are (the column may be a slice)
+    valid = traces.is_valid().buffers()[1] if traces.null_count else None
+    return pa.Array.from_buffers(
+        traces.type,
+        len(traces),
+        [valid, pa.py_buffer(offsets - start), pa.py_buffer(data)],
+        null_count=traces.null_count,
+    )
+
+
 TEXT_TAG, BYTES_TAG, PICKLE_TAG = b"s", b"b", b"p"
 
 

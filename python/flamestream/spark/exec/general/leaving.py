@@ -57,9 +57,15 @@ class Leaving:
 
         Tombstones first, then one row per (destination, key) in order of first sight. Encoded
         traces order as traces do, so ``(ts, front, trace)`` compares as the meta.
+
+        A replayed row (flagged may-invalidate) that is not its key's latest goes on as a
+        tombstone: it is the newer version of a row an earlier batch sent (a late item changed
+        that key's value at an earlier global time), and the barrier may still hold the older
+        version, which it must drop, not release. Without a payload it releases nothing.
         """
         kept: list[int] = []
         best: dict[tuple[str, Any], int] = {}
+        replayed: list[int] = []
         for row, (dest, flag, payload) in enumerate(
             zip(self.dests, self.flags, self.payloads, strict=True)
         ):
@@ -70,7 +76,15 @@ class Leaving:
             held = best.get(slot)
             if held is None or self._meta(held) < self._meta(row):
                 best[slot] = row
-        return self.take([*kept, *best.values()])
+            if flag & MAY_INVALIDATE:
+                replayed.append(row)
+        latest = set(best.values())
+        voided = [row for row in replayed if row not in latest]
+        out = self.take([*kept, *voided, *best.values()])
+        for row in range(len(kept), len(kept) + len(voided)):
+            out.flags[row] = MAY_INVALIDATE | TOMBSTONE  # as a tombstone is (DataItem)
+            out.payloads[row] = None
+        return out
 
     def _meta(self, row: int) -> tuple[int, int, bytes]:
         return self.times[row], self.fronts[row], self.traces[row]

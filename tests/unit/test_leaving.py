@@ -1,0 +1,34 @@
+"""Rows leaving a keyed stage (``exec.general.leaving``): what ``release="latest"`` keeps."""
+
+from __future__ import annotations
+
+from flamestream.model import DataItem, GlobalTime, LocalTime, Meta
+from flamestream.spark.exec.general.items import MAY_INVALIDATE, TOMBSTONE
+from flamestream.spark.exec.general.leaving import Leaving
+
+
+def item(ts: int, payload: str, logical: int, *, replayed: bool = False) -> DataItem:
+    return DataItem(payload, Meta(GlobalTime(ts, 0), (LocalTime(logical, 0),)), replayed)
+
+
+def test_latest_keeps_each_keys_last_row_and_voids_the_replays_before_it():
+    """A late item changed key a's value at ts 3 (a replay, flagged) and ts 5 came after it
+    in the same batch: a=5 is a's latest; the replayed a=3 goes on as a tombstone, which drops
+    the older version an earlier batch left with the barrier; b's first-time row at ts 2 is
+    left out, as nothing of it was sent before."""
+    leaving = Leaving()
+    for it in (
+        item(2, "b=1", 1),
+        item(3, "a=2", 7, replayed=True),
+        item(4, "b=2", 2),
+        item(5, "a=3", 8, replayed=True),
+    ):
+        leaving.add_item("out", it)
+    kept = leaving.latest(lambda payload: payload[0])
+    rows = list(zip(kept.times, kept.flags, kept.payloads, strict=True))
+    assert rows == [
+        (3, MAY_INVALIDATE | TOMBSTONE, None),  # the voided replay, as a tombstone
+        (4, 0, "b=2"),  # then each key's latest, keys in order of first sight
+        (5, MAY_INVALIDATE, "a=3"),
+    ]
+    assert kept.traces[0] == leaving.traces[1]  # the replay's own meta: it invalidates
