@@ -220,11 +220,16 @@ def spark_case(
     else:
         seconds, values = spark_run(spark, fanout(), [str(size)], 1, args.partitions, work)
         checked = fanout_checked(values, size)
+    markers = sorted((work / "ck" / "flamestream-sink" / "commits").glob("*.json"))
     return {
         "seconds": round(seconds, 3),
         "rows": size,
         "us_per_row": round(1e6 * seconds / size, 2),
         "released": len(values),
+        "batches": len(markers),
+        # rows the sink's commits dropped: invalidated versions and tombstones (the barrier's
+        # invalidation check had work to do)
+        "dropped": sum(json.loads(m.read_text()).get("dropped", 0) for m in markers),
         "checked": checked,
     }
 
@@ -259,6 +264,9 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                     cases[str(size)] = ran
             else:
                 with spark_session(f"cycles-{part}") as spark:
+                    # untimed: the first query pays the JVM's and the Python workers' start
+                    cli.Workdir.drop(warm := work / f"{part}-warmup")
+                    spark_case(spark, part, sizes[part][0], args, warm)
                     for size in sizes[part]:
                         place = work / f"{part}-{size}"
                         cli.Workdir.drop(place)  # a reused --work may hold an earlier run
