@@ -17,7 +17,7 @@ SHIM_SOURCES := jvm-shim/pom.xml $(wildcard jvm-shim/src/main/java/io/flamestrea
 export PYSPARK_PYTHON := $(abspath $(VENV)/bin/flamestream-python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VENV)/bin/flamestream-python)
 
-.PHONY: help setup run test unit lint format bench bench-spark bench-rescale bench-first bench-compare soak clean wheel constraints
+.PHONY: help setup run test unit lint format bench bench-spark bench-rescale bench-first bench-compare bench-cycles soak clean wheel constraints
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -104,6 +104,13 @@ bench-first: setup  ## the first query: README word count vs plain PySpark, fres
 # Flags: RESCALE_ARGS, e.g. make bench-rescale RESCALE_ARGS="--rows-per-batch 5000 --batches 10".
 bench-rescale: setup  ## rescale on a growing standalone cluster vs Spark's stop/repartition/restart: JSON
 	$(PY) -m benchmarks.spark_rescale $(RESCALE_ARGS)
+
+# Cycles at scale: connected components on growing graphs and a record fanned out to growing
+# numbers of rows of one global time, on the reference runtime and on Spark; time per row per
+# size. Flags: CYCLES_ARGS, e.g. make bench-cycles CYCLES_ARGS="--runtimes reference
+# --components-sizes 300 1000 --fanout-sizes 1000 10000".
+bench-cycles: setup  ## cycles at scale: components and one global time's fan-out, time per row per size (JSON)
+	$(PY) -m benchmarks.cycles_scale $(CYCLES_ARGS)
 
 # Word count against plain PySpark (built-ins, and the split as an Arrow Python UDF), Bytewax
 # 0.21.1, Pathway 0.33.0 and collections.Counter; gaps between a key's events against

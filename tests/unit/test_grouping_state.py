@@ -211,7 +211,8 @@ def test_a_snapshot_restores_the_state_it_was_taken_of(arrivals):
     restored = GroupingState("g", 2, key=lambda n: n % 5)
     restored.restore(state.snapshot())
     assert _held(restored) == _held(state)
-    old = (state._buckets, state._by_time, state._times, state._oversized, state.stats)
+    index = {t: list(entries) for t, entries in state._by_time.items()}  # lists, as then
+    old = (state._buckets, index, state._times, state._oversized, state.stats)
     earlier = GroupingState("g", 2, key=lambda n: n % 5)
     earlier.restore(pickle.dumps((*old, state._where), pickle.HIGHEST_PROTOCOL))
     assert _held(earlier) == _held(state)

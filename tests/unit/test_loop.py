@@ -158,3 +158,27 @@ def test_components_are_right_in_order_and_out_of_order(edges, fronts, seed):
         script = script.admit(front, line, ts=ts).deliver(rng.randrange(4))
     shuffled = run_script(flow, script, scheduler=RandomScheduler(seed))
     assert shuffled.rows() == in_order.rows()
+
+
+@settings(max_examples=examples(25), deadline=None)
+@given(
+    st.integers(2, 30).flatmap(
+        lambda nodes: st.lists(
+            st.tuples(st.integers(0, nodes - 1), st.integers(0, nodes - 1)),
+            min_size=1,
+            max_size=90,
+        )
+    ),
+    st.integers(1, 3),
+    st.integers(0, 10**6),
+)
+def test_components_of_bigger_random_graphs_are_union_finds(edges, fronts, seed):
+    """Label waves over up to 90 edges (one global time's items in the hundreds, all round
+    the loop): the last label released per node is its union-find component, edges spread
+    over several fronts."""
+    rng = random.Random(seed)
+    inputs: dict[int, list[tuple[int, str]]] = {}
+    for ts, (u, v) in enumerate(edges, start=1):
+        inputs.setdefault(rng.randrange(fronts), []).append((ts, f"{u} {v}"))
+    result = run_in_order(components(), inputs)
+    assert labels(result.payloads()) == union_find(edges)

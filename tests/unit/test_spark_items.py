@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flamestream.model import GlobalTime, LocalTime, Meta, invalidates, lineage
-from flamestream.spark.connector.barrier import NewerVersions, drop_invalidated
+from flamestream.runtime.invalidation import TraceIndex
+from flamestream.spark.connector.barrier import drop_invalidated
 from flamestream.spark.exec.general.items import (
     MAY_INVALIDATE,
     TOMBSTONE,
@@ -92,11 +93,11 @@ small_traces = st.lists(small_locals, max_size=4).map(tuple)
 
 @given(st.lists(small_traces, max_size=8), st.lists(small_traces, max_size=8))
 def test_the_trie_of_newer_versions_invalidates_as_the_relation_does(newer, older):
-    trie = NewerVersions(newer)
+    trie: TraceIndex[None] = TraceIndex((trace, None, True) for trace in newer)
     at = GlobalTime(3, 1)
     for trace in older + newer:
         pairwise = any(invalidates(Meta(at, n), Meta(at, trace)) for n in newer)
-        assert trie.invalidate(trace) == pairwise
+        assert trie.invalidated(trace) == pairwise
 
 
 @given(st.lists(st.tuples(st.integers(0, 2), small_traces, st.integers(0, 3)), max_size=12))

@@ -11,7 +11,8 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from flamestream.model import DataItem, GlobalTime, invalidates
+from flamestream.model import DataItem, GlobalTime
+from flamestream.runtime.invalidation import HeldVersions
 
 
 @dataclass
@@ -29,7 +30,9 @@ class BarrierBuffer:
 
     def __init__(self, step_id: str) -> None:
         self.step_id = step_id
-        self._by_time: dict[GlobalTime, list[DataItem]] = {}
+        # per global time, its items in arrival order (tagged None), searched by trace: a
+        # loop's global time may hold thousands, and a check against every one was quadratic
+        self._by_time: dict[GlobalTime, HeldVersions[None]] = {}
         self._times: list[GlobalTime] = []  # heap over _by_time's keys
         self.stats = BarrierStats()
 
@@ -38,26 +41,23 @@ class BarrierBuffer:
         self.stats.received += 1
         held = self._by_time.get(item.global_time)
         if held is None:
-            self._by_time[item.global_time] = [item]
+            held = self._by_time[item.global_time] = HeldVersions()
             heapq.heappush(self._times, item.global_time)
-            return
-        if any(other.may_invalidate and invalidates(other.meta, item.meta) for other in held):
+        elif held.stale(item):
             self.stats.stale += 1
             return
         if item.may_invalidate:
-            kept = [other for other in held if not invalidates(item.meta, other.meta)]
-            self.stats.invalidated += sum(not other.tombstone for other in held) - sum(
-                not other.tombstone for other in kept
-            )
-            held[:] = kept
-        held.append(item)
+            victims = held.supersede(None, item)
+            self.stats.invalidated += sum(not other.tombstone for _, other in victims)
+        else:
+            held.append((None, item))
 
     def release(self, min_time: GlobalTime) -> list[DataItem]:
         """Remove and return, in meta order, the valid items whose time is below ``min_time``."""
         out: list[DataItem] = []
         while self._times and self._times[0] < min_time:
             held = self._by_time.pop(heapq.heappop(self._times))
-            out.extend(sorted((i for i in held if not i.tombstone), key=lambda i: i.meta))
+            out.extend(sorted((i for _, i in held if not i.tombstone), key=lambda i: i.meta))
         self.stats.released += len(out)
         return out
 

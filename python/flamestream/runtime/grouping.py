@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flamestream.errors import InvariantError, StepError, UnhashableKeyError
-from flamestream.model import DataItem, GlobalTime, LocalTime, Meta, invalidates
+from flamestream.model import DataItem, GlobalTime, LocalTime, Meta
+from flamestream.runtime.invalidation import HeldVersions
 
 
 def is_hashable(key: Any) -> bool:
@@ -41,6 +42,16 @@ def is_hashable(key: Any) -> bool:
     except TypeError:
         return False
     return True
+
+
+#: One global time's index entries, (bucket key or None for a tombstone, item): a plain list
+#: while none may invalidate, a :class:`HeldVersions` (searched by trace) from the first on.
+_Entries = list[tuple[Hashable | None, DataItem]] | HeldVersions[Hashable | None]
+
+
+#: The index's format in a snapshot: 2 since a time with a may-invalidate entry is pickled as
+#: a :class:`HeldVersions` (snapshots without the number hold lists only).
+_INDEX_FORMAT = 2
 
 
 def _meta_of(item: DataItem) -> Meta:
@@ -178,7 +189,8 @@ class GroupingState:
         self._key = key
         self._buckets: dict[Hashable, Bucket] = {}
         # Items and tombstones by global time, across buckets: where invalidation looks.
-        self._by_time: dict[GlobalTime, list[tuple[Hashable | None, DataItem]]] = {}
+        # A time's entries are a list until one may invalidate, then a HeldVersions (a trie).
+        self._by_time: dict[GlobalTime, _Entries] = {}
         # _by_time's keys, for GC: sorted by each collection, appended in arrival order
         # between two. Not a heap: a heap's layout depends on the pushes and pops that made
         # it, and the Spark fast path leaves out times the collection would drop at once,
@@ -214,31 +226,46 @@ class GroupingState:
     def receive(self, item: DataItem) -> list[DataItem]:
         """Process one arriving item; return the tuple items (and tombstones) to send on."""
         self.stats.received += 1
-        peers = self._by_time.get(item.global_time, [])
-        # Only items flagged may_invalidate can invalidate; checking the flag first keeps the
-        # common in-order case linear in the peers of a global time.
-        if not item.tombstone and any(
-            p.may_invalidate and invalidates(p.meta, item.meta) for _, p in peers
-        ):
+        peers = self._by_time.get(item.global_time)
+        # Only items flagged may_invalidate can invalidate, and a global time's entries are a
+        # plain list until one of them is: then nothing held can make this item stale.
+        if not item.tombstone and peers.__class__ is HeldVersions and peers.stale(item):
             self.stats.stale += 1
             return []
-        dirty: dict[Hashable, list[Meta]] = {}  # key -> metas of items removed from it
-        if item.may_invalidate:
-            for key, victim in [(k, p) for k, p in peers if invalidates(item.meta, p.meta)]:
-                self._forget(victim)
-                if key is not None:
-                    self._remove(key, victim)
-                    dirty.setdefault(key, []).append(victim.meta)
-        out: list[DataItem] = []
         if item.tombstone:
-            self._remember(None, item)
-            out.extend(self._replay(dirty, new_key=None, new_item=None))
+            dirty = self._supersede(None, item)
+            out = list(self._replay(dirty, new_key=None, new_item=None))
             # Only a removed bucket item can have a tuple ending at it downstream, which the
             # tombstone must reach. A victim not in a bucket was superseded already, or is in
             # flight and will arrive stale. This also stops tombstones going round cycles.
             if dirty:
                 out.append(item.as_tombstone(LocalTime(0, 0)))
             return out
+        key, bucket = self._bucket_of(item)
+        if item.may_invalidate:
+            dirty = self._supersede(key, item)
+        else:
+            dirty = {}
+            self._remember(key, item)
+        if not dirty and (not bucket.items or bucket.items[-1].meta < item.meta):
+            # In order, nothing removed: the new item goes last and only its own tuple
+            # changes; the general path below would emit exactly this, more slowly.
+            bucket.items.append(item)
+            if len(bucket.items) >= self.window:
+                self._oversized.add(key)
+            return [self._emit(bucket, len(bucket.items) - 1, first=True)]
+        position = bisect_left(bucket.items, item.meta, key=_meta_of)
+        if position < len(bucket.items) and bucket.items[position].meta == item.meta:
+            msg = f"grouping {self.step_id!r}: item {item.meta} arrived twice; metas are unique"
+            raise InvariantError(msg)
+        bucket.items.insert(position, item)
+        if len(bucket.items) >= self.window:
+            self._oversized.add(key)
+        dirty.setdefault(key, [])
+        return list(self._replay(dirty, new_key=key, new_item=item))
+
+    def _bucket_of(self, item: DataItem) -> tuple[Hashable, Bucket]:
+        """``item``'s key and its bucket (made if new); raises, naming the step, on a bad key."""
         try:
             key = self._key(item.payload)
         except Exception as exc:
@@ -251,26 +278,30 @@ class GroupingState:
                     self.step_id, self._key, item.global_time, None, key, exc
                 ) from exc
             raise StepError(self.step_id, self._key, item.global_time, None, exc) from exc
-        if not dirty and (not bucket.items or bucket.items[-1].meta < item.meta):
-            # In order, nothing removed: the new item goes last and only its own tuple
-            # changes; the general path below would emit exactly this, more slowly.
-            bucket.items.append(item)
-            if len(bucket.items) >= self.window:
-                self._oversized.add(key)
-            self._remember(key, item)
-            out.append(self._emit(bucket, len(bucket.items) - 1, first=True))
-            return out
-        position = bisect_left(bucket.items, item.meta, key=_meta_of)
-        if position < len(bucket.items) and bucket.items[position].meta == item.meta:
-            msg = f"grouping {self.step_id!r}: item {item.meta} arrived twice; metas are unique"
-            raise InvariantError(msg)
-        bucket.items.insert(position, item)
-        if len(bucket.items) >= self.window:
-            self._oversized.add(key)
-        self._remember(key, item)
-        dirty.setdefault(key, [])
-        out.extend(self._replay(dirty, new_key=key, new_item=item))
-        return out
+        return key, bucket
+
+    def _supersede(self, key: Hashable | None, item: DataItem) -> dict[Hashable, list[Meta]]:
+        """Remove what may-invalidate ``item`` invalidates (index and buckets); index ``item``.
+
+        The victims go from the index and from whichever bucket holds them; ``item`` is
+        indexed under ``key`` (None: a tombstone). Returns, per key, the metas removed from
+        its bucket, in index order. The victims are found through the global time's
+        :class:`HeldVersions` (a trie of traces), not by comparing ``item`` with every entry
+        of its time.
+        """
+        time = item.global_time
+        entries = self._by_time.get(time)
+        if entries is None:
+            entries = self._by_time[time] = HeldVersions()
+            self._times.append(time)
+        elif entries.__class__ is list:
+            entries = self._by_time[time] = HeldVersions(entries)
+        dirty: dict[Hashable, list[Meta]] = {}
+        for held_key, victim in entries.supersede(key, item):  # type: ignore[union-attr]
+            if held_key is not None:
+                self._remove(held_key, victim)
+                dirty.setdefault(held_key, []).append(victim.meta)
+        return dirty
 
     def _replay(
         self,
@@ -317,20 +348,20 @@ class GroupingState:
         self.stats.invalidated += 1
 
     def _remember(self, key: Hashable | None, item: DataItem) -> None:
-        entries = self._by_time.get(item.global_time)
-        if entries is None:
-            entries = self._by_time[item.global_time] = []
-            self._times.append(item.global_time)
-        entries.append((key, item))
+        """Index ``item`` under its global time (its bucket's ``key``; None: a tombstone).
 
-    def _forget(self, item: DataItem) -> None:
-        entries = self._by_time[item.global_time]
-        for index, (_, held) in enumerate(entries):
-            if held is item:
-                del entries[index]
-                return
-        msg = f"grouping {self.step_id!r}: {item.meta} missing from the index"
-        raise InvariantError(msg)
+        A global time's entries are a plain list while none may invalidate (appending is all
+        the in-order case pays), and a :class:`HeldVersions` from the first that may on:
+        only then are they searched by trace.
+        """
+        time = item.global_time
+        entries = self._by_time.get(time)
+        if entries is None:
+            entries = self._by_time[time] = []
+            self._times.append(time)
+        if item.may_invalidate and entries.__class__ is list:
+            entries = self._by_time[time] = HeldVersions(entries)
+        entries.append((key, item))
 
     # --- in-order appends (what a runtime that checked the order itself may do) -------------
     #
@@ -354,8 +385,7 @@ class GroupingState:
 
     def may_invalidate_at(self, time: GlobalTime) -> bool:
         """Whether the index holds an item of ``time`` that may invalidate (not in order)."""
-        peers = self._by_time.get(time)
-        return peers is not None and any(p.may_invalidate for _, p in peers)
+        return self._by_time.get(time).__class__ is HeldVersions
 
     def append_in_order(self, key: Hashable, items: Iterable[DataItem], clock: int) -> None:
         """Append ``items`` (in meta order, after ``key``'s last) and index them.
@@ -500,6 +530,7 @@ class GroupingState:
         Settled buckets (one plain item the index does not hold: what a key keeps after its
         in-order items are collected) go as :class:`_Settled` columns of plain values, which
         pickle and restore several times faster than the objects; the others as they are.
+        The index goes as it is: a :class:`HeldVersions` pickles as its entries.
         """
         settled = _Settled()
         others: dict[int, Bucket] = {}  # a column block (self._columns) goes as it is
@@ -520,6 +551,7 @@ class GroupingState:
             self._where,
             settled.columns(),
             self._columns,
+            _INDEX_FORMAT,
         )
         return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -532,6 +564,11 @@ class GroupingState:
             buckets = _Settled.buckets(state[6], buckets)
         self._buckets = buckets
         self._columns = state[7] if len(state) > 7 else None  # a bulk path's column block
+        if len(state) <= 8:  # the index as lists only: a time with a may-invalidate item is
+            # a HeldVersions now (``may_invalidate_at`` and ``receive`` ask which it is)
+            for time, entries in self._by_time.items():
+                if any(item.may_invalidate for _, item in entries):
+                    self._by_time[time] = HeldVersions(entries)
 
     # --- moving keys between partitions (the Spark runtime's elastic layout) ---------------
 
@@ -542,8 +579,8 @@ class GroupingState:
 
         Tombstones (index entries without a key) go to every part: each may meet a stale
         version of their item. The counters go to the lowest part, so a merge sums them once.
-        Items stay shared between a bucket and the index within a part, as ``_remove`` and
-        ``_forget`` expect. Every part in ``into`` exists in the result, if only with
+        Items stay shared between a bucket and the index within a part, as ``_remove``
+        expects. Every part in ``into`` exists in the result, if only with
         tombstones.
         """
         parts: dict[int, GroupingState] = {}

@@ -6,14 +6,14 @@ The min-time of a batch (the fronts' reports and the ack table) and which rows a
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from flamestream.errors import FlameStreamError
-from flamestream.model import END_OF_TIME, GlobalTime, LocalTime, Trace
+from flamestream.model import END_OF_TIME, GlobalTime
+from flamestream.runtime.invalidation import TraceIndex
 from flamestream.spark.connector.offsets import OFFSET_VERSIONS, FrontOffset
 from flamestream.spark.durable import QueryCheckpoint
 from flamestream.spark.durable.loop import AckTable, loops_enabled
@@ -87,8 +87,9 @@ def drop_invalidated(table: pa.Table) -> pa.Table:
 
     Graph outputs carry ``flags`` and ``trace`` (:mod:`flamestream.spark.exec.general.items`).
     Only rows flagged may-invalidate can invalidate, and only rows of their own global time,
-    so rows
-    are compared within the global times that have a flagged row; the rest pass untouched.
+    so rows are judged within the global times that have a flagged row (against a trie of
+    its flagged rows' traces, :class:`~flamestream.runtime.invalidation.TraceIndex`: in the
+    length of a row's trace, not against every flagged row); the rest pass untouched.
     A victim always reaches the sink before the min-time passes its global time, so it is
     either here (pending or new) or arrives later and is dropped here then.
     """
@@ -107,56 +108,13 @@ def drop_invalidated(table: pa.Table) -> pa.Table:
             groups.setdefault(time, []).append(i)
     keep = [True] * table.num_rows
     for rows in groups.values():
-        newer = NewerVersions(
-            decode_trace(traces[i]) for i in rows if flag_list[i] & MAY_INVALIDATE
+        newer: TraceIndex[None] = TraceIndex(
+            (decode_trace(traces[i]), None, True) for i in rows if flag_list[i] & MAY_INVALIDATE
         )
         for i in rows:
-            if flag_list[i] & TOMBSTONE or newer.invalidate(decode_trace(traces[i])):
+            if flag_list[i] & TOMBSTONE or newer.invalidated(decode_trace(traces[i])):
                 keep[i] = False
     return table.filter(pa.array(keep))
-
-
-class NewerVersions:
-    """The traces of one global time's may-invalidate rows, as a trie of who invalidates whom.
-
-    ``invalidates(newer, older)`` (same global time) holds when the traces' first difference
-    is a greater logical time in ``newer``. Walking ``older``'s trace down the trie, that is a
-    node on its path with a child of greater logical time than ``older``'s next local time:
-    each node keeps its children's greatest logical time. So a row is judged in the length of
-    its trace, not against every newer row: a global time with thousands of rows (a cycle's
-    items, which all keep their admission's global time) cost the pairwise check minutes.
-    ``tests/unit/test_spark_items.py`` checks it against :func:`invalidates` pair by pair.
-    """
-
-    __slots__ = ("children", "top")
-
-    def __init__(self, traces: Iterable[Trace] = ()) -> None:
-        self.children: dict[LocalTime, NewerVersions] = {}
-        self.top = -1  #: the greatest logical time among the children (-1: none)
-        for trace in traces:
-            self.add(trace)
-
-    def add(self, trace: Trace) -> None:
-        """Add a newer version's trace."""
-        node = self
-        for local in trace:
-            node.top = max(node.top, local.logical)
-            child = node.children.get(local)
-            if child is None:
-                child = node.children[local] = NewerVersions()
-            node = child
-
-    def invalidate(self, trace: Trace) -> bool:
-        """Whether some added trace invalidates an item of the same global time with ``trace``."""
-        node = self
-        for local in trace:
-            if node.top > local.logical:
-                return True
-            child = node.children.get(local)
-            if child is None:
-                return False
-            node = child
-        return False
 
 
 def ready_and_rest(table: pa.Table, ready: pa.Array) -> tuple[pa.Table, pa.Table]:
