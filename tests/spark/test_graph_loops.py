@@ -8,6 +8,7 @@ items still in the loop; and the ack table must really hold the sink back while 
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import shutil
@@ -25,7 +26,7 @@ from flamestream.spark.durable.loop import AckTable
 
 from ..crash import reachable_in_turn, released_so_far_is, run_chain, run_unbroken
 from . import loop_crash_job
-from .conftest import write_lines
+from .conftest import run_writer, write_lines
 from .test_graph_on_spark import expected, fronts, read_rows, to_files
 
 
@@ -275,3 +276,53 @@ def test_components_of_a_modest_graph_are_its_union_find(
     )
     assert released == want
     assert labels([r.value for r in read_rows(tmp_path / "out")]) == union_find(first + second)
+
+
+def test_a_cross_key_cycle_finishes_in_one_partition_or_behind_its_loop_gate(
+    spark: SparkSession, tmp_path: Path
+):
+    """54 edges over 16 nodes from the fronts' readers, 3 a batch. Over 2 key partitions the
+    label waves cross between batches: new records once started waves while older ones went
+    round, which replayed every later node state, again and again (1.7 M rows in one batch's
+    loop, no end in 400 s). Now the fronts admit nothing while the loop is busy; by default
+    such a cycle runs in one key partition, where the waves go round inside the task."""
+    folder = tmp_path / "in"
+    lines = edges(7, 27, 16) + edges(8, 27, 16)
+    write_lines(folder / "a.txt", lines[:27])
+    write_lines(folder / "b.txt", lines[27:])
+    to_files(fronts(spark, folder, stream=True, limit=3), tmp_path / "fronts", tmp_path / "ck-f")
+    admitted = read_rows(tmp_path / "fronts")
+    for partitions in (None, 2):
+        work = tmp_path / f"p{partitions}"
+        graph = SparkGraph(components(), partitions=partitions)
+        reader = (
+            spark.readStream.format("flamestream")
+            .option("front", "files")
+            .option("path", str(folder))
+            .option("clock", "logical")
+            .option("maxRecordsPerTrigger", 3)
+        )
+        run_writer(graph.write_stream(reader, checkpoint_location=str(work / "ck")), work / "out")
+        assert f"key partitions P = {partitions or 1} " in graph.describe()
+        rows = read_rows(work / "out")
+        assert labels([r.value for r in rows]) == union_find(lines)
+        got = sorted((r.sink, r.ts, r.front, bytes.fromhex(r.trace), r.value) for r in rows)
+        assert got == expected(components(), admitted)
+        if partitions == 2:  # some batches only took the loop's items: the fronts waited
+            assert gated_batches(work / "ck") > 0
+
+
+def gated_batches(checkpoint: Path) -> int:
+    """Batches in which the loop channel moved on and the fronts did not."""
+    per_batch = []
+    logged = [p for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()]
+    for batch in sorted(logged, key=lambda p: int(p.name)):
+        lines = [json.loads(x) for x in batch.read_text().splitlines()[2:]]
+        front = next(x["fronts"] for x in lines if "front" in x)
+        loop = next(x["through"] for x in lines if "flamestreamLoop" in x)
+        per_batch.append(([f[2] for f in front], loop))
+    return sum(
+        1
+        for before, now in itertools.pairwise(per_batch)
+        if now[0] == before[0] and now[1] != before[1]
+    )

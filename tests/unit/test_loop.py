@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from flamestream.examples.components import components, labels
 from flamestream.model import DataItem, GlobalTime, LocalTime, Meta
-from flamestream.spark.durable.loop import AckTable, LoopStore, loop_item_xors
+from flamestream.spark.durable import QueryCheckpoint
+from flamestream.spark.durable.loop import AckTable, LoopStore, loop_busy, loop_item_xors
 from flamestream.spark.exec.general.items import ITEM_SCHEMA, encode_payload
 from flamestream.spark.exec.general.partitioning import is_salt, partition_of, salts
 from flamestream.spark.exec.general.routing import LoopRouter
@@ -53,6 +54,27 @@ def test_a_sent_item_is_in_flight_until_received_and_a_retry_does_not_cancel_it(
     assert table.after(1) == {} and table.least(1) is None
     store.send(2, "2-00001", rows((12, 0, b"", "inbox")))
     assert table.least(2) == GlobalTime(12, 0)  # from the cached table after batch 1
+
+
+def test_the_loop_is_busy_while_the_newest_committed_batch_left_items_in_it(tmp_path):
+    """What a gated front asks when it plans a batch (``FrontReader._tick_limit``)."""
+    checkpoint = str(tmp_path / "ck")
+    state = QueryCheckpoint(checkpoint).graph_url
+    store = LoopStore(state)
+    assert not loop_busy(checkpoint)  # nothing committed yet
+    store.send(0, "2-00000", rows((5, 0, b"", "inbox")))
+    commit(tmp_path, 0)
+    assert loop_busy(checkpoint)  # batch 0 sent an item; batch 1 receives it
+    [(_, path)] = store.files(-1, 0)
+    store.receive(1, path)
+    commit(tmp_path, 1)
+    assert not loop_busy(checkpoint)
+
+
+def commit(tmp_path, batch: int) -> None:
+    """Spark's commit log entry of ``batch``."""
+    (tmp_path / "ck" / "commits").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "ck" / "commits" / str(batch)).write_text("v1\n{}\n")
 
 
 def test_ack_table_is_a_pure_function_of_the_contributions(tmp_path):

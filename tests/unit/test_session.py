@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 import flamestream
-from flamestream import jvm, session
+from flamestream import Dataflow, count, jvm, session
 from flamestream.errors import ConfigError
 from flamestream.launcher import LAUNCHED, RECOMMENDED_CONF
 from flamestream.spark import key_partitions
@@ -312,3 +312,23 @@ def test_a_default_gives_way_to_the_checkpoints_p_and_the_users_value_is_refused
         assert message.startswith(f"graph wc: option '{users.option}' = 8 is invalid")
         assert "200 key partitions, as when this checkpoint's state was written" in message
         assert f"keep {users.option} at 200 for this checkpoint" in message
+
+
+def test_a_cycle_handing_items_to_other_keys_runs_in_one_key_partition_by_default() -> None:
+    """Without partitions=, whatever the session says; partitions= and a checkpoint win."""
+    from flamestream.examples.components import components
+    from flamestream.spark import SparkGraph
+
+    graph = SparkGraph(components())
+    assert graph._cross_key_cycle()
+    assert "key partitions P = 1 " in graph.describe()
+    assert "one key partition by default" in graph.describe()
+    assert "key partitions P = 3 " in SparkGraph(components(), partitions=3).describe()
+    default = key_partitions.for_cross_key_cycle()
+    assert default.count == 1 and default.option is None
+    assert default.for_checkpoint(4, "graph components").count == 4  # recorded: kept
+    # map_reduce's cycle comes back to its own key: the session decides, as for any graph
+    flow = Dataflow("wc")
+    words = flow.flat_map("split", flow.source("lines"), str.split)
+    flow.sink("out", count(flow, "count", words))
+    assert not SparkGraph(flow)._cross_key_cycle()

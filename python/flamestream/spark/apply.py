@@ -41,6 +41,7 @@ from flamestream.spark.control.key_layout import ElasticPolicy
 from flamestream.spark.control.swaps import SwapReader
 from flamestream.spark.durable import QueryCheckpoint, filesystem, write_atomically
 from flamestream.spark.durable.functions import record_steps
+from flamestream.spark.durable.loop import LOOP_GATE
 from flamestream.spark.exec.general.front_stage import RECORDS, FrontStage
 from flamestream.spark.exec.general.items import (
     BYTES_TAG,
@@ -178,6 +179,9 @@ class SparkGraph:
             return self.chosen.describe()
         if self.partitions:
             return key_partitions.given(self.partitions).describe()
+        if self._cross_key_cycle():
+            found = key_partitions.for_cross_key_cycle()
+            return f"{found.describe()} (unless a checkpoint recorded another)"
         session = key_partitions.active_session()
         if session is None:
             return key_partitions.UNDECIDED
@@ -260,8 +264,10 @@ class SparkGraph:
         budget_from = checkpoint_location if self.budgets is not None else None
         swaps = SwapReader(checkpoint_location) if self.swappable and checkpoint_location else None
         partitions = self._key_partitions(_session_of(df), checkpoint_location)
+        # fronts wait for a loop that crosses key partitions to drain (FrontReader._tick_limit)
+        gate = checkpoint_location if self._loop_stages()[1] else None
         rows, in_front = self._front_rows(
-            df, payload, budget_from, swaps, to_sink=sink_runs, partitions=partitions
+            df, payload, budget_from, swaps, to_sink=sink_runs, partitions=partitions, gate=gate
         )
         plan = self._query_plan(rows, checkpoint_location, partitions)
         if self.plan.passthrough:
@@ -302,9 +308,7 @@ class SparkGraph:
                 f"a bounded one (the cycle's edges {cycle} go on in the next micro-batch)",
                 "read with spark.readStream (Trigger.AvailableNow runs until the loop is empty)",
             )
-        looping = tuple(s for s in self.stages if s.grouping and not self.plan.key_local(s))
-        targets = {merge for _, merge in self.cut}
-        fed = looping + tuple(s for s in self.stages if targets & set(s.steps) and s not in looping)
+        looping, fed = self._loop_stages()
         streaming = bool(checkpoint_location) and df.isStreaming
         elastic = self.elastic is not None and streaming and self.keyed
         if elastic and self.elastic is not None:  # active <= P, before the query starts
@@ -348,6 +352,22 @@ class SparkGraph:
             )
         return control_rows, loop_rows
 
+    def _cross_key_cycle(self) -> bool:
+        """Whether a grouping's cycle hands items to other keys, in one stage (not a cut).
+
+        Such a cycle goes round inside one task when all keys are in one partition; a cycle
+        through several groupings (a cut) goes through the loop channel whatever ``P`` is.
+        """
+        looping, _ = self._loop_stages()
+        return bool(looping) and not self.cut
+
+    def _loop_stages(self) -> tuple[tuple[Stage, ...], tuple[Stage, ...]]:
+        """The stages that send into the loop channel, and those it feeds (them and more)."""
+        looping = tuple(s for s in self.stages if s.grouping and not self.plan.key_local(s))
+        targets = {merge for _, merge in self.cut}
+        fed = looping + tuple(s for s in self.stages if targets & set(s.steps) and s not in looping)
+        return looping, fed
+
     def _front_rows(
         self,
         df: DataFrame | Any,
@@ -357,6 +377,7 @@ class SparkGraph:
         *,
         to_sink: bool = False,
         partitions: int | None = None,
+        gate: str | None = None,
     ) -> tuple[DataFrame, bool]:
         """The input as a DataFrame; True when fronts' readers ran :attr:`plan.in_front`.
 
@@ -365,7 +386,8 @@ class SparkGraph:
         session's, :meth:`_key_partitions` without a checkpoint). ``budget_from``:
         the checkpoint whose budget policy sets the fronts' read limit; ``swaps``: the query's
         function swaps, which the fronts' first stage obeys; ``to_sink``: the rows go to the
-        flamestream sink (``write_stream``), which can open blocks.
+        flamestream sink (``write_stream``), which can open blocks. ``gate``: the checkpoint
+        whose loop the fronts wait for, admitting nothing while it is busy.
         """
         readers: list[Any] = list(df) if isinstance(df, list | tuple) else [df]
         if not readers or any(not _is_reader(r) for r in readers):
@@ -395,8 +417,9 @@ class SparkGraph:
         for reader in readers:
             if budget_from:
                 reader.option(LIMIT_FROM, budget_from).option(INITIAL_LIMIT, initial)
-            loaded.append(reader.option(STAGE_OPTION, option).load())
-            reader.option(STAGE_OPTION, "")  # the caller's reader loads plain fronts again
+            loaded.append(reader.option(STAGE_OPTION, option).option(LOOP_GATE, gate or "").load())
+            # the caller's reader loads plain fronts again
+            reader.option(STAGE_OPTION, "").option(LOOP_GATE, "")
             if budget_from:
                 reader.option(LIMIT_FROM, "").option(INITIAL_LIMIT, "")
         return _observed_records(_union(loaded), fused=bool(option)), bool(option)
@@ -448,6 +471,8 @@ class SparkGraph:
         """
         if self.partitions:
             found = key_partitions.given(self.partitions)
+        elif self._cross_key_cycle():
+            found = key_partitions.for_cross_key_cycle()
         else:
             found = key_partitions.of_session(self._session(session))
         recorded = key_partitions.recorded(checkpoint_location)

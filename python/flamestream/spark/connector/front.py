@@ -59,6 +59,7 @@ from flamestream.spark.control.admission import HISTORY, AdmissionController, Bu
 from flamestream.spark.control.budgeted import INITIAL_LIMIT, LIMIT_FROM, LimitBoard, front_record
 from flamestream.spark.control.budgeted import RECORD as BUDGET_RECORD
 from flamestream.spark.durable import QueryCheckpoint, batch_id_of_task
+from flamestream.spark.durable.loop import LOOP_GATE, loop_busy
 from flamestream.spark.exec.general.front_stage import ShippedFrontStage
 from flamestream.spark.exec.general.shipping import OPTION as STAGE_OPTION
 from flamestream.spark.exec.worker.worker_setup import setup_worker
@@ -165,6 +166,9 @@ class ReaderConfig:
     #: with ``budgets=``), and the limit before the first decision
     budget_from: str | None = None
     budget_initial: int = 100
+    #: a graph's checkpoint whose loop channel the front waits for (set by ``apply`` for a
+    #: graph whose cycle crosses key partitions): no new record while the loop is busy
+    loop_gate: str | None = None
 
     @classmethod
     def parse(cls, options: OptionReader, limit_alias: str | None = None) -> ReaderConfig:
@@ -205,6 +209,7 @@ class ReaderConfig:
             read_tasks=read_tasks,
             budget_from=budget_from,
             budget_initial=int(initial) if initial else 100,
+            loop_gate=options.raw(LOOP_GATE) or None,
         )
 
 
@@ -222,6 +227,7 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.read_tasks = config.read_tasks
         self.budget_from = config.budget_from
         self.budget_initial = config.budget_initial
+        self.loop_gate = config.loop_gate
         if self.stage is not None:
             self.stage.check(source.payload_fields(), f"front {source.kind}")
         if self.clock == "record" and source.record_time_from is None:
@@ -420,6 +426,11 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The tick's read limit: Spark's, the front's controller's, or the graph's policy's.
 
         Also the controller (if on) and the published decision read (with ``budgets=``).
+        Behind a loop gate, 0 while the graph's loop is busy: a record admitted now would
+        start its wave across the partitions while older ones are still in flight, and a
+        wave that reaches a key after a newer one replays that key's bucket from there on
+        (a stateful chain: every later item), each replayed version going round the loop
+        again: the work grew without bound. So a front's records wait for the loop to drain.
         """
         budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         controller = self._control(begin)
@@ -428,6 +439,8 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         published = self._published() if self.budget_from is not None else None
         if self.budget_from is not None:  # the graph's budget policy decides the limit
             budget = int(published["limit"]) if published else self.budget_initial
+        if self.loop_gate is not None and loop_busy(self.loop_gate):
+            budget = 0
         return budget, controller, published
 
     def _extra(

@@ -196,6 +196,23 @@ class LoopStore:
         remove(fs, [path for b, path in numbered_paths(fs, root) if b < before], recursive=True)
 
 
+#: The reader option (set by ``apply``, not by users) naming the checkpoint whose loop a
+#: front waits for: it admits new records only while that loop holds nothing in flight.
+LOOP_GATE = "flamestream.loopGate"
+
+
+def loop_busy(checkpoint: str) -> bool:
+    """Whether the query's loop holds items in flight after its newest committed batch.
+
+    Read when the next batch is planned (Spark plans it after the newest one committed, so
+    that batch's sends are in the ack table); those items come back in the next batch.
+    """
+    last = QueryCheckpoint(checkpoint).last_committed_batch()
+    if last < 0:
+        return False
+    return AckTable(QueryCheckpoint(checkpoint).graph_url).least(last) is not None
+
+
 _LOOPS: dict[str, bool] = {}
 
 
