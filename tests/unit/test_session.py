@@ -323,6 +323,7 @@ def test_a_cycle_handing_items_to_other_keys_runs_in_one_key_partition_by_defaul
     assert graph._cross_key_cycle()
     assert "key partitions P = 1 " in graph.describe()
     assert "one key partition by default" in graph.describe()
+    assert "fronts given as readers admit no record while it holds items" in graph.describe()
     assert "key partitions P = 3 " in SparkGraph(components(), partitions=3).describe()
     default = key_partitions.for_cross_key_cycle()
     assert default.count == 1 and default.option is None

@@ -171,7 +171,12 @@ class SparkGraph:
         if not self.keyed:
             return text
         head, _, rest = text.partition("\n")
-        return f"{head}\n  {self._partitions_line()}\n{rest}".rstrip("\n")
+        lines = [head, f"  {self._partitions_line()}"]
+        if self._loop_stages()[1]:
+            lines.append(
+                "  loop channel: fronts given as readers admit no record while it holds items"
+            )
+        return "\n".join([*lines, rest]).rstrip("\n")
 
     def _partitions_line(self) -> str:
         """``describe()``'s line on ``P``."""
