@@ -24,13 +24,13 @@ import pytest
 from pyspark.sql import SparkSession
 
 from flamestream import Dataflow, Template, count, map_reduce, sum_by
-from flamestream.examples import inverted_index as index_example
 from flamestream.spark import SparkGraph
 from flamestream.spark.exec.general.items import encode_trace
 from flamestream.spark.exec.general.stateless import render_default
 from flamestream.testing import run_in_order
 
 from .conftest import released, run_to_files, run_writer, write_lines
+from .test_graph_on_spark import inverted_index, window3
 
 #: Three fronts; keys repeat within a line and across the fronts. ``clock=logical`` stamps a
 #: line with its byte offset and a front that has read all reports its file's size, so each
@@ -66,32 +66,6 @@ def lengths() -> Dataflow:
     flow = Dataflow("lengths")
     words = flow.flat_map("split", flow.source("lines"), str.split)
     flow.sink("out", sum_by(flow, "sum", words, key=lambda w: w[0], value=len))
-    return flow
-
-
-def window3() -> Dataflow:
-    """A grouping alone (the in-order lane), keyed so that a line's words share buckets."""
-    flow = Dataflow("window3")
-    words = flow.flat_map("split", flow.source("lines"), str.split)
-    tuples = flow.grouping("by-letter", words, window=3, key=lambda w: w[0])
-    flow.sink("out", flow.map("join", tuples, "+".join))
-    return flow
-
-
-def inverted_index() -> Dataflow:
-    """The inverted index example: a line's postings of one word reach one bucket."""
-    flow = Dataflow("index")
-    documents = flow.map("parse", flow.source("lines"), lambda line: (len(line), line))
-    pairs = flow.flat_map("postings", documents, index_example.postings)
-    index = map_reduce(
-        flow,
-        "index",
-        pairs,
-        mapper=index_example.posting_pair,
-        initial=index_example.first_posting,
-        reducer=index_example.add_posting,
-    )
-    flow.sink("index", index)
     return flow
 
 
