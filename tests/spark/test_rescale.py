@@ -24,7 +24,7 @@ from flamestream.spark.control.key_layout import ElasticPolicy, Layout
 from ..random_graphs import random_graph
 from .conftest import released, run_to_files
 from .test_elastic_layout import generator, layouts, word_count
-from .test_random_graphs import FRONT_SETS, fronts, inputs, reference  # noqa: F401
+from .test_random_graphs import COMPARED, FRONT_SETS, fronts, inputs, reference  # noqa: F401
 
 #: Seeds of the random graphs run with random rescale schedules.
 SEEDS = (1, 4)
@@ -100,7 +100,7 @@ def test_random_graphs_release_the_same_bytes_under_random_rescale_schedules(
         rows = [json.loads(line) for line in fixed.splitlines()]
         want = reference(grown, stamped)
         for sink in grown.sinks:
-            got = [(r["ts"], r["front"], r["value"]) for r in rows if r["sink"] == sink]
+            got = [tuple(r[c] for c in COMPARED) for r in rows if r["sink"] == sink]
             assert got == want[sink], f"sink {sink} of {where}"
         found = layouts(work / "ck")
         explained_where_decided(found, where)

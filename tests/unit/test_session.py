@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 import flamestream
@@ -281,6 +282,9 @@ def test_configure_sets_the_cores_and_keeps_a_value_the_user_set(
 ) -> None:
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))  # an empty conf folder
     monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    # as in a fresh process: the whole suite's Spark tests may have left a context running
+    monkeypatch.setattr(SparkContext, "_active_spark_context", None)
     options = flamestream.configure(SparkSession.Builder().master("local[2]"))._options  # type: ignore[attr-defined]
     assert options[session.SHUFFLE_PARTITIONS] == "2"
     assert options[session.CHOSEN_PARTITIONS] == "2 the cores of local[2]"
