@@ -179,6 +179,25 @@ class ConfigError(FlameStreamError):
         super().__init__(f"{step}: option {option!r} = {shown} is invalid; allowed: {allowed}")
 
 
+class OversizedBatchError(FlameStreamError):
+    """A stage's rows of one micro-batch hold more than an Arrow binary column can: 2 GiB.
+
+    Spark exchanges a stage's rows as Arrow record batches whose string and binary columns
+    have 32-bit offsets. Names the column, the rows and where they were going.
+    """
+
+    def __init__(self, column: str, rows: int, destinations: list[str]) -> None:
+        self.column = column
+        self.rows = rows
+        self.destinations = destinations
+        super().__init__(
+            f"the {rows} rows leaving a stage for {', '.join(destinations) or 'no step'} hold "
+            f"more than 2 GiB in their {column!r} column, more than one Arrow record batch "
+            "holds. Hint: admit fewer records a batch (maxRecordsPerTrigger); in a cycle, "
+            "every round adds to an item's trace, so many rounds in one batch grow it"
+        )
+
+
 class RecordError(FlameStreamError):
     """A record could not be decoded or was refused; names the step and its replay determinant."""
 

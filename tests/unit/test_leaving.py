@@ -1,10 +1,17 @@
-"""Rows leaving a keyed stage (``exec.general.leaving``): what ``release="latest"`` keeps."""
+"""Rows leaving a keyed stage (``exec.general.leaving``): what ``release="latest"`` keeps, and
+what no record batch can hold."""
 
 from __future__ import annotations
 
+import pyarrow as pa
+import pytest
+
+from flamestream import Dataflow
+from flamestream.errors import OversizedBatchError
 from flamestream.model import DataItem, GlobalTime, LocalTime, Meta
 from flamestream.spark.exec.general.items import MAY_INVALIDATE, TOMBSTONE
 from flamestream.spark.exec.general.leaving import Leaving
+from flamestream.spark.exec.general.stateless import Exits
 
 
 def item(ts: int, payload: str, logical: int, *, replayed: bool = False) -> DataItem:
@@ -32,3 +39,28 @@ def test_latest_keeps_each_keys_last_row_and_voids_the_replays_before_it():
         (5, MAY_INVALIDATE, "a=3"),
     ]
     assert kept.traces[0] == leaving.traces[1]  # the replay's own meta: it invalidates
+
+
+def test_rows_past_an_arrow_columns_2_gib_raise_a_named_error_not_a_type_error():
+    """``pa.array`` makes a binary column past 2 GiB a ChunkedArray, which no record batch
+    holds (a cycle's traces grow with its rounds): the error names the column, the rows and
+    their destinations, and what to do. A 2 GiB column is not built here: the chunked column
+    is what ``pa.array`` returns for one."""
+    flow = Dataflow("sized")
+    flow.sink("out", flow.map("m", flow.source("records"), str))
+    exits = Exits(flow.build(), {}, str)
+    rows = exits.builder()
+    for n in range(3):
+        rows.add("out", n, 0, lambda: (GlobalTime(1, 0), None))
+    meta = [
+        pa.array([1, 1, 1], pa.int64()),
+        pa.array([0, 0, 0], pa.int32()),
+        pa.chunked_array([[b"t"], [b"t", b"t"]], pa.binary()),  # as pa.array past 2 GiB
+        pa.array([0, 0, 0], pa.int8()),
+        pa.array([None] * 3, pa.string()),
+        pa.array([None] * 3, pa.int64()),
+    ]
+    with pytest.raises(OversizedBatchError, match=r"3 rows leaving a stage for out .*'trace'"):
+        rows.batch(*meta)
+    meta[2] = meta[2].combine_chunks()
+    assert rows.batch(*meta).num_rows == 3

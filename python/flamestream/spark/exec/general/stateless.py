@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from flamestream.errors import GraphError, StepError, UnhashableKeyError
+from flamestream.errors import GraphError, OversizedBatchError, StepError, UnhashableKeyError
 from flamestream.graph.logical import LogicalGraph
 from flamestream.graph.mapreduce import MapStep, mapped_key
 from flamestream.graph.steps import (
@@ -656,6 +656,10 @@ class ExitRows:
             pa.array(self.payloads, pa.binary()),
             pa.array(self.values, pa.string()),
         ]
+        for name, column in zip(ITEM_SCHEMA.names, columns, strict=True):
+            # pa.array splits a binary or string column past 2 GiB into chunks
+            if isinstance(column, pa.ChunkedArray):
+                raise OversizedBatchError(name, len(self.targets), sorted(set(self.targets)))
         return pa.RecordBatch.from_arrays(columns, schema=ITEM_SCHEMA)
 
 
