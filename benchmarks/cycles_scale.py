@@ -33,6 +33,7 @@ import json
 import math
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -235,9 +236,17 @@ def spark_case(
     }
 
 
+def failing_or(case: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    """``case(*args)``, or what it raised: one failing size does not lose the others' figures."""
+    try:
+        return case(*args)
+    except Exception as exc:  # the report says what failed (the work dir stays to look into)
+        return {"error": f"{type(exc).__name__}: {str(exc)[:2000]}"}
+
+
 def growth(cases: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Time per row at the largest size over the smallest's, beside log2 of the size ratio."""
-    sizes = sorted(cases, key=int)
+    sizes = sorted((size for size in cases if "error" not in cases[size]), key=int)
     if len(sizes) < 2:
         return {}
     small, large = cases[sizes[0]], cases[sizes[-1]]
@@ -271,7 +280,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                     for size in sizes[part]:
                         place = work / f"{part}-{size}"
                         cli.Workdir.drop(place)  # a reused --work may hold an earlier run
-                        cases[str(size)] = spark_case(spark, part, size, args, place)
+                        cases[str(size)] = failing_or(spark_case, spark, part, size, args, place)
             results[f"{part}/{runtime}"] = {"sizes": cases, "growth": growth(cases)}
     return results
 
