@@ -25,6 +25,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from flamestream.errors import ConfigError
 from flamestream.jvm import conf_defaults
 from flamestream.spark.connector.front import (
     META_FIELDS,
@@ -32,6 +33,15 @@ from flamestream.spark.connector.front import (
     FrontReader,
     FrontSource,
     ReaderConfig,
+)
+from flamestream.spark.connector.history import (
+    BACKFILL_LIMIT,
+    HISTORY_KINDS,
+    Boundary,
+    HistoryThenLive,
+    HistoryThenLiveReader,
+    check_history,
+    split_options,
 )
 from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.connector.sink import BarrierWriter, SinkOutput
@@ -85,11 +95,14 @@ class FlameStreamDataSource(DataSource):
     def __init__(self, options: Any) -> None:
         super().__init__(options)
         self._front: tuple[FrontSource, ReaderConfig] | None = None
+        self._backfill_limit = BACKFILL_LIMIT
         # `SET spark.flamestream.<option>` / spark-defaults confs, read through the JVM shim
         # (this runs in a planner process on the driver host, which has no Spark session)
         self._conf_defaults = conf_defaults()
 
     def _front_source(self) -> tuple[FrontSource, ReaderConfig]:
+        if self._front is None and self._history_kind() is not None:
+            self._front = self._history_then_live()
         if self._front is None:
             options, kind = self._step_options("front", _FRONTS)
             source: FrontSource = _kind(_FRONTS, kind)(options)
@@ -97,6 +110,43 @@ class FlameStreamDataSource(DataSource):
             options.finish()
             self._front = (source, config)
         return self._front
+
+    def _history_kind(self) -> str | None:
+        """The ``history`` option's kind (delta, files), or None: no history."""
+        if not any(name.lower() == "history" for name in self.options):
+            return None
+        probe = OptionReader("front", self.options)
+        kind: str = probe.choice("history", list(HISTORY_KINDS), "")
+        if not kind:
+            probe.string("history", required=True, what="history kind: delta or files")
+        return kind
+
+    def _history_then_live(self) -> tuple[FrontSource, ReaderConfig]:
+        """A history front, then the live one: ``history`` and ``history.*`` options."""
+        history_kind = self._history_kind()
+        assert history_kind is not None  # noqa: S101 - only called when it is set
+        live_options, past_options, own_options = split_options(self.options)
+        probe = OptionReader("front", live_options)
+        kind = probe.choice("front", sorted(_FRONTS), "")
+        if not kind:
+            probe.string("front", required=True)
+        options = OptionReader(f"front {kind}", live_options, self._conf_defaults)
+        options.raw("front")
+        options.raw("history")
+        live: FrontSource = _kind(_FRONTS, kind)(options)
+        config = ReaderConfig.parse(options, live.limit_alias)
+        options.finish()
+        own = OptionReader(f"front {kind}", own_options)
+        boundary = Boundary.parse(own, live)
+        limit = own.integer("history.maxRecordsPerTrigger", BACKFILL_LIMIT, minimum=1)
+        own.finish()
+        clock = "record" if boundary.kind == "time" else config.clock
+        past = OptionReader(f"history {history_kind}", {**past_options, "clock": clock})
+        history: FrontSource = _kind(_FRONTS, history_kind)(past)
+        past.finish()
+        check_history(history, live, config.clock, f"front {kind}")
+        self._backfill_limit = limit
+        return HistoryThenLive(history, live, boundary), config
 
     def _step_options(self, role: str, kinds: Mapping[str, object]) -> tuple[OptionReader, str]:
         """Which kind of front or sink the ``role`` option names, and a reader for the rest."""
@@ -175,11 +225,22 @@ class FlameStreamDataSource(DataSource):
         from flamestream.session import warn_if_slow_runner
 
         warn_if_slow_runner()
+        if isinstance(source, HistoryThenLive):
+            return HistoryThenLiveReader(source, config, self._backfill_limit)
         return FrontReader(source, config)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """``spark.read``: everything available now, one bounded batch."""
         source, config = self._front_source()
+        if isinstance(source, HistoryThenLive):
+            step = f"front {source.live.kind}"
+            raise ConfigError(
+                step,
+                "history",
+                source.history.kind,
+                "only with readStream: spark.read of the history alone is its own front "
+                f"(.option('front', '{source.history.kind}'))",
+            )
         return FrontBatchReader(source, config)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:

@@ -79,6 +79,16 @@ class FilesSource(FrontSource):
         fs, root = fsspec.core.url_to_fs(self.path)
         return fs, root
 
+    #: byte offsets: the next line starts past the newline, not at the next position
+    positions_count_records = False
+
+    def position_after(self, key: str, position: int) -> int:
+        """Where the line after the one starting at ``position`` starts."""
+        fs, _ = fsspec.core.url_to_fs(key)
+        path = fs._strip_protocol(key)
+        after = _line_end(fs, path, position, int(fs.size(path)))
+        return position if after is None else after
+
     def payload_fields(self) -> list[pa.Field]:
         """The line, without its newline."""
         return [pa.field("value", pa.string())]

@@ -249,6 +249,18 @@ class KafkaSource(FrontSource):
                 self._starts.setdefault(self._key(tp), int(offset))
         return self._starts.get(key, 0)
 
+    def position_at_time(self, key: str, time: int) -> int | None:
+        """Kafka's offset for ``time`` (ms): the first record at or after it, else the end."""
+        tp = self._topic_partition(key)
+        try:
+            found = self._planner().offsets_for_times({tp: time}, timeout_ms=PLAN_TIMEOUT_MS)
+            if found.get(tp) is not None:
+                return int(found[tp].offset)
+            return int(self._planner().end_offsets([tp], timeout_ms=PLAN_TIMEOUT_MS)[tp])
+        except KafkaError as exc:
+            msg = f"{self.step}: listing the offsets for time {time} on {self.servers}: {exc!r}"
+            raise KafkaFrontError(msg) from exc
+
     def record_times(self, key: str, batch: pa.RecordBatch) -> pa.Array:
         """``clock=record``: each record's Kafka timestamp (CreateTime or LogAppendTime, ms)."""
         return batch.column("timestamp")

@@ -122,6 +122,32 @@ class FrontSource:
         """
         return 0
 
+    #: Every position holds a record (Kafka offsets, generator indexes); False for byte
+    #: offsets (files) and other sparse positions: then a missing position is no lost record.
+    positions_count_records: ClassVar[bool] = True
+
+    def position_after(self, key: str, position: int) -> int:
+        """The position right after the record at ``position`` (a history's boundary).
+
+        Positions that count records keep this default; byte positions find the next line.
+        """
+        return position + 1
+
+    def position_at_time(self, key: str, time: int) -> int | None:
+        """The first position whose record time may be at or after ``time`` (driver side).
+
+        None: the source cannot seek by time (the reader then filters by record time alone).
+        """
+        return None
+
+    def records_between(self, key: str, start: int, end: int) -> int:
+        """How many records [start, end) holds, or its measure in the source's units.
+
+        Progress shares are computed with it. Positions that count records keep this default
+        (exact up to gaps); files measure bytes.
+        """
+        return end - start
+
     def finished(self, key: str, position: int) -> bool:
         """Whether ``key`` can have no record at or after ``position``, ever (bounded input)."""
         return False
