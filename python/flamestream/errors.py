@@ -178,6 +178,10 @@ class ConfigError(FlameStreamError):
         shown = "(missing)" if value is None else repr(value)
         super().__init__(f"{step}: option {option!r} = {shown} is invalid; allowed: {allowed}")
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled by its fields (sources holding one travel to Spark's Python processes)."""
+        return type(self), (self.step, self.option, self.value, self.allowed)
+
 
 class OversizedBatchError(FlameStreamError):
     """A stage's rows of one micro-batch hold more than an Arrow binary column can: 2 GiB.

@@ -40,6 +40,7 @@ from flamestream.spark.connector.history import (
     Boundary,
     HistoryThenLive,
     HistoryThenLiveReader,
+    MissingHistory,
     check_history,
     split_options,
 )
@@ -142,8 +143,15 @@ class FlameStreamDataSource(DataSource):
         own.finish()
         clock = "record" if boundary.kind == "time" else config.clock
         past = OptionReader(f"history {history_kind}", {**past_options, "clock": clock})
-        history: FrontSource = _kind(_FRONTS, history_kind)(past)
-        past.finish()
+        history: FrontSource
+        try:
+            history = _kind(_FRONTS, history_kind)(past)
+        except ConfigError as exc:
+            if exc.option != "path" or exc.value is None:  # a missing option stays an error
+                raise
+            history = MissingHistory(history_kind, exc)  # fine for a query past its switch
+        else:
+            past.finish()
         check_history(history, live, config.clock, f"front {kind}")
         self._backfill_limit = limit
         return HistoryThenLive(history, live, boundary), config

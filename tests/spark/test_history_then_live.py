@@ -192,10 +192,6 @@ def test_gaps_between_the_history_and_the_live_source_are_recorded(
     [
         ({"history.path": "{past}"}, "'history.boundary' = (missing)"),
         ({"history.boundary": "position"}, "'path' = (missing)"),
-        (
-            {"history.path": "{past}/nowhere", "history.boundary": "position"},
-            "an existing directory URL",
-        ),
         ({"history.path": "{past}", "history.boundary": "time"}, "'history.cutTime'"),
         (
             {
@@ -227,3 +223,12 @@ def test_a_bounded_read_refuses_a_history(spark: SparkSession, tmp_path: Path):
     with pytest.raises(Exception, match="only with readStream"):
         reader.option("history.boundary", "position").load().collect()
     assert ConfigError  # the error class the message comes from
+
+
+def test_a_missing_history_fails_the_first_planning_naming_it(spark: SparkSession, tmp_path: Path):
+    live, past = position_case(tmp_path, archived=2)
+    options = {"history.path": str(past / "nowhere"), "history.boundary": "position"}
+    df = hybrid(spark, live, history="files", **options)  # no error yet: a restart may be live
+    with pytest.raises(Exception, match=r"history files: option 'path' = .*nowhere"):
+        to_files(df, tmp_path / "out", tmp_path / "ck")
+    assert not list((tmp_path / "ck" / "offsets").glob("[0-9]*"))  # no batch planned

@@ -180,6 +180,26 @@ class BackfillState:
         )
 
 
+class MissingHistory(FrontSource):
+    """A history that could not be opened at query start (its folder or table is gone).
+
+    A query past its switch never reads the history again, so that is no error for it: only a
+    planning that still needs the history raises the error the history's front gave.
+    """
+
+    def __init__(self, kind: str, error: ConfigError) -> None:
+        self.kind = kind  # type: ignore[misc]
+        self.error = error
+
+    def payload_fields(self) -> list[pa.Field]:
+        """None known."""
+        return []
+
+    def discover(self, known: Mapping[str, int]) -> dict[str, int]:
+        """The error the history's front raised at query start."""
+        raise self.error
+
+
 class HistoryThenLive(FrontSource):
     """The two sides as one front source: history keys first, then (after the switch) live.
 
@@ -490,13 +510,19 @@ class HistoryThenLiveReader(FrontReader):
             self.source.planning = False
 
     def prepareForTriggerAvailableNow(self) -> None:
-        """The run's end: the history's whole extent, and what the live source has now."""
-        history = self.source.history.discover({})
-        live = self.source.live.discover({})
-        self._target = {
-            **{HISTORY + k: v for k, v in history.items()},
-            **{LIVE + k: v for k, v in live.items()},
-        }
+        """The run's end for the live sources: what they have now (the history has its own)."""
+        self._target = {LIVE + k: v for k, v in self.source.live.discover({}).items()}
+
+    def _within_target(
+        self, discovered: Mapping[str, int], positions: Mapping[str, int]
+    ) -> dict[str, int]:
+        """AvailableNow caps live sources only: the history's fixed reach is its end.
+
+        So a run after the switch never lists the history, which may even be gone.
+        """
+        capped = super()._within_target(discovered, positions)
+        capped.update({k: v for k, v in discovered.items() if k.startswith(HISTORY)})
+        return capped
 
     def _tick_limit(
         self, limit: ReadLimit, begin: FrontOffset
@@ -682,6 +708,8 @@ def split_options(
 
 def check_history(history: FrontSource, live: FrontSource, clock: str, step: str) -> None:
     """At query start: the history gives ``value`` and, with ``clock=record``, times."""
+    if isinstance(history, MissingHistory):
+        return  # raised at the first planning that needs it
     check_projection(history, live, step)
     if clock == "record" and history.record_time_from is None:
         where = f"history {history.kind}"
