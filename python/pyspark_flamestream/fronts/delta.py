@@ -368,6 +368,8 @@ class DeltaSource(FrontSource):
 
     def _change_message(self, version: int, info: Mapping[str, Any]) -> str:
         operation = info.get("operation", "unknown")
+        mode = (info.get("operationParameters") or {}).get("mode")
+        operation += f" (mode {mode})" if mode else ""
         return (
             f"{self.step}: version {version} of the table {self.table_url} is a {operation} "
             "commit: it removes rows (a remove action with dataChange=true), which an "
