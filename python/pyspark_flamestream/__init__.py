@@ -4,7 +4,7 @@ PySpark finds this module by itself (installed top-level modules named ``pyspark
 expose ``DefaultSource`` are registered in every session), so no ``register()`` call is
 needed; ``spark.dataSource.register(FlameStreamDataSource)`` works too.
 
-Reading picks a front with ``.option("front", "files" | "generator" | "kafka")``; writing
+Reading picks a front with ``.option("front", "files" | "generator" | "kafka" | "delta")``; writing
 picks a sink with ``.option("sink", "files" | "kafka" | "delta")``. Options are validated when
 the query is defined or started, before any batch runs. With the JVM shim's plugin enabled,
 ``spark.flamestream.<option>`` confs (``SET`` in the session over ``spark-defaults.conf``) are
@@ -62,6 +62,7 @@ from flamestream.spark.exec.general.items import ITEM_SCHEMA
 #: start imports this module in several fresh Python processes, and the Kafka client alone
 #: takes 65 ms to import, for queries that read files.
 _FRONTS = {
+    "delta": ("pyspark_flamestream.fronts.delta", "DeltaSource"),
     "files": ("pyspark_flamestream.fronts.files", "FilesSource"),
     "generator": ("pyspark_flamestream.fronts.generator", "GeneratorSource"),
     "kafka": ("pyspark_flamestream.fronts.kafka", "KafkaSource"),

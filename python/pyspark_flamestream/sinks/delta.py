@@ -74,13 +74,16 @@ from flamestream.spark.durable.files import filesystem
 PIP_HINT = "pip install 'flamestream[delta]'"
 
 
-def deltalake(step: str = "sink delta") -> Any:
-    """The ``deltalake`` module, imported on first use (an optional dependency)."""
+def deltalake(step: str = "sink delta", role: str = "sink") -> Any:
+    """The ``deltalake`` module, imported on first use (an optional dependency).
+
+    ``role``: the option that chose delta (``sink``, or ``front`` for the delta front).
+    """
     try:
         import deltalake as module
     except ImportError as exc:
         raise ConfigError(
-            step, "sink", "delta", f"the deltalake package installed ({PIP_HINT}): {exc}"
+            step, role, "delta", f"the deltalake package installed ({PIP_HINT}): {exc}"
         ) from None
     return module
 
@@ -112,7 +115,7 @@ class DeltaOutput(SinkOutput):
         self.path = options.string("path", required=True, what="Delta table URL").rstrip("/")
         self.app_id_option = options.optional_string("appId", what="application id")
         self.checkpoint = options.string("checkpointLocation", required=True)
-        self.storage_options = _storage_options(options)
+        self.storage_options = read_storage_options(options)
         #: add the rows' columns the table lacks (delta-rs's schema_mode="merge")
         self.merge_schema = options.boolean("mergeSchema", False)
         self._app_id: str | None = self.app_id_option
@@ -138,7 +141,7 @@ class DeltaOutput(SinkOutput):
                 self.step,
                 "path",
                 self.path,
-                f"a Delta table URL reachable with storageOptions ({_reason(exc)})",
+                f"a Delta table URL reachable with storageOptions ({error_reason(exc)})",
             ) from None
 
     def check_rows(self, released: ReleasedRows) -> None:
@@ -158,7 +161,7 @@ class DeltaOutput(SinkOutput):
                 self.step,
                 released.option,
                 released.choice,
-                f"columns with Delta types ({_reason(exc)}); the rows are ({rows})",
+                f"columns with Delta types ({error_reason(exc)}); the rows are ({rows})",
             ) from None
         have = _fields(table.schema())
         problems = schema_differences(have, wanted, merge=self.merge_schema)
@@ -177,7 +180,10 @@ class DeltaOutput(SinkOutput):
             return self.table()
         except (OSError, module.exceptions.DeltaError) as exc:
             raise ConfigError(
-                self.step, "path", self.path, f"a Delta table delta-rs can read ({_reason(exc)})"
+                self.step,
+                "path",
+                self.path,
+                f"a Delta table delta-rs can read ({error_reason(exc)})",
             ) from None
 
     def table(self) -> Any:
@@ -357,7 +363,7 @@ def _mismatch(
     )
 
 
-def _reason(exc: BaseException) -> str:
+def error_reason(exc: BaseException) -> str:
     """An exception in one line, without the colours delta-rs puts into its messages."""
     return f"{type(exc).__name__}: " + _ANSI.sub("", " ".join(str(exc).split()))[:500]
 
@@ -365,7 +371,7 @@ def _reason(exc: BaseException) -> str:
 # -- options and the folder --------------------------------------------------------------------
 
 
-def _storage_options(options: OptionReader) -> dict[str, str] | None:
+def read_storage_options(options: OptionReader) -> dict[str, str] | None:
     """``storageOptions``: a JSON object of strings (delta-rs's storage options), or None."""
     text = options.optional_string("storageOptions", what="JSON object")
     if text is None:

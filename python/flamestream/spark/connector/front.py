@@ -265,6 +265,7 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"wall or logical: records of front {source.kind} have no time of their own",
             )
         self._target: dict[str, int] | None = None  # AvailableNow's end, driver side only
+        self._target_pending = False  # driver side: AvailableNow's end not fixed yet
         self._controller: AdmissionController | None = None  # driver side only
         self._shim: Shim | bool | None = False  # driver side: False = not looked for yet
         #: driver side: per source, what discover last said and when (monotonic) it moved
@@ -283,8 +284,14 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.max_records) if self.max_records else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        """Fix the end of an AvailableNow run: what is available now, nothing later."""
-        self._target = self.source.discover({})
+        """Fix the end of an AvailableNow run: what is available at its first planning.
+
+        Taken by the run's first ``latestOffset`` (right after this call), which knows the
+        start offset: a connector whose source keys come from the offsets (the delta front's
+        key names its starting version) then names the checkpoint's sources, not new ones.
+        """
+        self._target = None
+        self._target_pending = True
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """What is available now, per source (for backlog in the query progress)."""
@@ -301,6 +308,8 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = self._begin(start)
         positions = begin.positions()
         discovered = self.source.discover(positions)
+        if self._target_pending:  # an AvailableNow run's first planning: its end is fixed
+            self._target, self._target_pending = dict(discovered), False
         self._check_known(begin, discovered)
         self._watch(discovered)
         available = self._within_target(discovered, positions)
@@ -674,6 +683,7 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Executors get the options and the connector, not driver-side planning state."""
         state = dict(self.__dict__)
         state["_target"] = None
+        state["_target_pending"] = False
         state["_controller"] = None
         state["_shim"] = False
         state["_activity"] = {}
