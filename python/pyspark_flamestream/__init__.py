@@ -153,7 +153,7 @@ class FlameStreamDataSource(DataSource):
             history = MissingHistory(history_kind, exc)  # fine for a query past its switch
         else:
             past.finish()
-        check_history(history, live, config.clock, f"front {kind}")
+        check_history(history, live, boundary, config.clock, f"front {kind}")
         self._backfill_limit = limit
         return HistoryThenLive(history, live, boundary), config
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
@@ -232,3 +233,60 @@ def test_a_missing_history_fails_the_first_planning_naming_it(spark: SparkSessio
     with pytest.raises(Exception, match=r"history files: option 'path' = .*nowhere"):
         to_files(df, tmp_path / "out", tmp_path / "ck")
     assert not list((tmp_path / "ck" / "offsets").glob("[0-9]*"))  # no batch planned
+
+
+def delta_archive(table: Path, lines: list[str], versions: list[range]) -> None:
+    """A Delta table of (file, offset, value) rows of live.txt, one commit per range."""
+    from deltalake import write_deltalake
+
+    positions = byte_offsets(lines)
+    for rows in versions:
+        data = pa.table(
+            {
+                "file": ["live.txt"] * len(rows),
+                "offset": pa.array([positions[i] for i in rows], pa.int64()),
+                "value": [lines[i] for i in rows],
+            }
+        )
+        write_deltalake(str(table), data, mode="append")
+
+
+def test_a_delta_history_of_two_versions_then_the_live_file(spark: SparkSession, tmp_path: Path):
+    live = tmp_path / "live"
+    write_lines(live / "live.txt", LIVE_LINES)
+    delta_archive(tmp_path / "table", LIVE_LINES, [range(0, 3), range(3, 6)])
+    options = {
+        "history": "delta",
+        "history.path": str(tmp_path / "table"),
+        "history.boundary": "position",
+        "history.sourceColumn": "file",
+        "history.positionColumn": "offset",
+        "history.maxRecordsPerTrigger": 4,
+        "clock": "logical",
+    }
+    fronts, out = run_fronts_and_graph(spark, lambda: hybrid(spark, live, **options), tmp_path)
+    assert [r.value for r in fronts] == LIVE_LINES  # the archive's six, then live's last two
+    assert [r.source == "live.txt" for r in fronts] == [False] * 6 + [True] * 2
+    want = expected(word_count(), fronts)
+    got = sorted(
+        (r.sink, r.ts, r.front, released_trace(bytes.fromhex(r.trace)), r.value) for r in out
+    )
+    assert got == want
+    records = [o["history"] for o in offsets(tmp_path / "ck")]
+    assert records[-1]["rowsRead"] == 6 and records[-1]["size"] == 6
+
+
+def test_a_delta_history_without_the_boundary_column_fails_at_query_start(
+    spark: SparkSession, tmp_path: Path
+):
+    live = tmp_path / "live"
+    write_lines(live / "live.txt", LIVE_LINES)
+    delta_archive(tmp_path / "table", LIVE_LINES, [range(0, 3)])
+    options = {
+        "history": "delta",
+        "history.path": str(tmp_path / "table"),
+        "history.boundary": "position",
+        "history.sourceColumn": "file",
+    }
+    with pytest.raises(Exception, match=r"'history.positionColumn' = 'position'.*file, offset"):
+        hybrid(spark, live, **options)

@@ -285,6 +285,13 @@ class DeltaSource(FrontSource):
         """The first row of the starting version ``V0``."""
         return position_of(start_version(key), 0)
 
+    #: positions jump from version to version: a missing one is no lost row
+    positions_count_records = False
+
+    def records_between(self, key: str, start: int, end: int) -> int:
+        """The rows of [start, end), version by version."""
+        return sum(high - low for _, low, high in self._spans(key, start, end))
+
     def advance(self, key: str, start: int, end: int, records: int) -> tuple[int, int]:
         """After ``records`` rows from ``start``, across versions; ``end`` if none are left."""
         taken, position = 0, start

@@ -509,17 +509,17 @@ class HistoryThenLiveReader(FrontReader):
         finally:
             self.source.planning = False
 
-    def prepareForTriggerAvailableNow(self) -> None:
-        """The run's end for the live sources: what they have now (the history has its own)."""
-        self._target = {LIVE + k: v for k, v in self.source.live.discover({}).items()}
-
     def _within_target(
         self, discovered: Mapping[str, int], positions: Mapping[str, int]
     ) -> dict[str, int]:
         """AvailableNow caps live sources only: the history's fixed reach is its end.
 
-        So a run after the switch never lists the history, which may even be gone.
+        The run's end is fixed at its first planning; a run that switches sees the live
+        sources first at the switch, and takes what they have then as their end.
         """
+        target = self._target
+        if target is not None:  # live sources first seen at the switch: their end is now
+            target.update({k: v for k, v in discovered.items() if k not in target})
         capped = super()._within_target(discovered, positions)
         capped.update({k: v for k, v in discovered.items() if k.startswith(HISTORY)})
         return capped
@@ -706,11 +706,15 @@ def split_options(
     return live, past, own
 
 
-def check_history(history: FrontSource, live: FrontSource, clock: str, step: str) -> None:
+def check_history(
+    history: FrontSource, live: FrontSource, boundary: Boundary, clock: str, step: str
+) -> None:
     """At query start: the history gives ``value`` and, with ``clock=record``, times."""
     if isinstance(history, MissingHistory):
         return  # raised at the first planning that needs it
     check_projection(history, live, step)
+    if history.kind != "files":  # a table's columns are known now; a file's lines are JSON
+        check_boundary_columns(history, boundary, step)
     if clock == "record" and history.record_time_from is None:
         where = f"history {history.kind}"
         raise ConfigError(
@@ -719,3 +723,24 @@ def check_history(history: FrontSource, live: FrontSource, clock: str, step: str
             "record",
             "a history with record times (its record-time option, e.g. history.timestampField)",
         )
+
+
+def check_boundary_columns(history: FrontSource, boundary: Boundary, step: str) -> None:
+    """The boundary's columns exist in the history, integers where they are positions."""
+    have = {f.name: f.type for f in history.payload_fields()}
+    b = boundary
+    named = {
+        "history.positionColumn": (b.position_column, True),
+        "history.partitionColumn": (b.partition_column, True),
+        "history.sourceColumn": (b.source_column, False),
+        "history.topicColumn": (b.topic_column, False),
+    }
+    for option, (column, integer) in named.items():
+        if column is None:
+            continue
+        if column not in have:
+            allowed = f"a column of the history {history.kind} ({', '.join(sorted(have))})"
+            raise ConfigError(step, option, column, allowed)
+        if integer and not pa.types.is_integer(have[column]):
+            allowed = f"an integer column ({column} is {have[column]})"
+            raise ConfigError(step, option, column, allowed)
