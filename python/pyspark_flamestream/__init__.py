@@ -42,6 +42,7 @@ from flamestream.spark.connector.history import (
     HistoryThenLiveReader,
     MissingHistory,
     check_history,
+    history_format,
     split_options,
 )
 from flamestream.spark.connector.options import OptionReader
@@ -141,6 +142,7 @@ class FlameStreamDataSource(DataSource):
         own = OptionReader(f"front {kind}", own_options)
         boundary = Boundary.parse(own, live)
         limit = own.integer("history.maxRecordsPerTrigger", BACKFILL_LIMIT, minimum=1)
+        json_lines = history_format(own, history_kind, live)
         own.finish()
         clock = "record" if boundary.kind == "time" else config.clock
         past = OptionReader(f"history {history_kind}", {**past_options, "clock": clock})
@@ -155,7 +157,7 @@ class FlameStreamDataSource(DataSource):
             past.finish()
         check_history(history, live, boundary, config.clock, f"front {kind}")
         self._backfill_limit = limit
-        return HistoryThenLive(history, live, boundary), config
+        return HistoryThenLive(history, live, boundary, json_lines=json_lines), config
 
     def _step_options(self, role: str, kinds: Mapping[str, object]) -> tuple[OptionReader, str]:
         """Which kind of front or sink the ``role`` option names, and a reader for the rest."""

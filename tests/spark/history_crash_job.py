@@ -32,6 +32,7 @@ def start(
         .option("clock", "logical")
         .option("history", "files")
         .option("history.path", history)
+        .option("history.format", "json")
         .option("history.boundary", "position")
         .option("history.maxRecordsPerTrigger", 3)
     )

@@ -6,6 +6,7 @@ source (``source``, ``position``, ``value``; or a record time ``t``), overlappin
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,7 +17,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from flamestream.errors import ConfigError
-from flamestream.spark import apply_graph
+from flamestream.spark import apply_graph, watch_backfill
 
 from .conftest import write_lines
 from .test_graph_on_spark import expected, read_rows, released_trace, to_files, word_count
@@ -92,6 +93,7 @@ def test_a_position_boundary_admits_every_record_once_and_the_reference_agrees(
     options = {
         "history": "files",
         "history.path": str(past),
+        "history.format": "json",
         "history.boundary": "position",
         "history.maxRecordsPerTrigger": 2,
         "maxRecordsPerTrigger": 1,
@@ -130,20 +132,23 @@ def test_a_position_boundary_admits_every_record_once_and_the_reference_agrees(
     assert all(r["switch"] == switch for r in records[switch_at:])
 
 
-def test_a_time_boundary_cuts_both_sides_at_the_cut(spark: SparkSession, tmp_path: Path):
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_a_time_boundary_cuts_both_sides_at_the_cut(spark: SparkSession, tmp_path: Path, fmt: str):
     live, past = tmp_path / "live", tmp_path / "history"
     times = [10, 20, 30, 40, 35, 50, 60, 70]  # 35 after 40: a late live record below no cut
     lines = [json.dumps({"t": t, "w": f"w{t} x"}) for t in times]
     write_lines(live / "live.txt", lines)
-    # the archive holds 10..40, and 50 (written after the cut: must not be read from it)
-    # (each archive row: the record's time and its value, the live line)
-    archive(
-        past, "a.jsonl", [{"t": t, "value": lines[times.index(t)]} for t in (10, 20, 30, 40, 50)]
-    )
+    # the archive holds 10..40, and 50 (written after the cut: must not be read from it);
+    # json: each archive row has the record's time and its value, the live line; text: each
+    # archive line is the live line
+    kept = [lines[times.index(t)] for t in (10, 20, 30, 40, 50)]
+    rows = [{"t": json.loads(x)["t"], "value": x} for x in kept]
+    write_lines(past / "a.jsonl", [json.dumps(r) for r in rows] if fmt == "json" else kept)
     options = {
         "history": "files",
         "history.path": str(past),
         "history.timestampField": "t",
+        "history.format": fmt,
         "history.boundary": "time",
         "history.cutTime": 45,
         "timestampField": "t",
@@ -177,7 +182,12 @@ def test_gaps_between_the_history_and_the_live_source_are_recorded(
     df = hybrid(
         spark,
         live,
-        **{"history": "files", "history.path": str(past), "history.boundary": "position"},
+        **{
+            "history": "files",
+            "history.path": str(past),
+            "history.format": "json",
+            "history.boundary": "position",
+        },
     )
     to_files(df, tmp_path / "fronts", tmp_path / "ck")
     values = [r.value for r in read_rows(tmp_path / "fronts")]
@@ -290,3 +300,35 @@ def test_a_delta_history_without_the_boundary_column_fails_at_query_start(
     }
     with pytest.raises(Exception, match=r"'history.positionColumn' = 'position'.*file, offset"):
         hybrid(spark, live, **options)
+
+
+def test_watch_backfill_prints_the_backfill_then_the_switch(spark: SparkSession, tmp_path: Path):
+    live, past = position_case(tmp_path, archived=5)
+    options = {
+        "history": "files",
+        "history.path": str(past),
+        "history.format": "json",
+        "history.boundary": "position",
+        "history.maxRecordsPerTrigger": 1,
+        "clock": "logical",
+    }
+    query = (
+        hybrid(spark, live, **options)
+        .writeStream.format("flamestream")
+        .option("sink", "files")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(processingTime="50 milliseconds")
+        .start()
+    )
+    shown = io.StringIO()
+    try:
+        last = watch_backfill(query, every=0.05, out=shown)
+    finally:
+        query.stop()
+    lines = shown.getvalue().splitlines()
+    assert last is not None and last.phase == "live" and last.rows_read == 5
+    assert lines[0].startswith("backfill [") and "live [" in lines[-1]
+    assert "switched in batch 5" in lines[-1]
+    shares = [float(line.split("]")[1].split("%")[0]) for line in lines]
+    assert shares == sorted(shares) and shares[-1] == 100.0

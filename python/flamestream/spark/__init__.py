@@ -5,6 +5,8 @@
 :mod:`pyspark_flamestream`. The model, graph and reference runtime never import pyspark, and
 neither does the plan (:mod:`flamestream.spark.plan`): ``SparkGraph`` and ``apply_graph`` are
 imported from :mod:`.apply` on first use, so planning a graph needs no Spark.
+``watch_backfill(query)`` shows how far a history-then-live query's backfill has got
+(:mod:`.backfill`).
 """
 
 from __future__ import annotations
@@ -13,11 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from flamestream.spark.apply import SparkGraph, apply_graph
+    from flamestream.spark.backfill import BackfillStatus, backfill_status, watch_backfill
 
-__all__ = ["SparkGraph", "apply_graph"]
+__all__ = ["BackfillStatus", "SparkGraph", "apply_graph", "backfill_status", "watch_backfill"]
 
 
 def __getattr__(name: str) -> Any:
+    if name in ("BackfillStatus", "backfill_status", "watch_backfill"):
+        from flamestream.spark import backfill
+
+        return getattr(backfill, name)
     if name in __all__:
         from flamestream.spark import apply
 

@@ -210,10 +210,15 @@ class HistoryThenLive(FrontSource):
 
     limit_alias: ClassVar[str | None] = None
 
-    def __init__(self, history: FrontSource, live: FrontSource, boundary: Boundary) -> None:
+    def __init__(
+        self, history: FrontSource, live: FrontSource, boundary: Boundary, *, json_lines: bool
+    ) -> None:
         self.history = history
         self.live = live
         self.boundary = boundary
+        #: a files history whose lines are JSON objects giving the live columns by name
+        #: (``history.format=json``); else each line is the record's ``value`` (``text``)
+        self.json_lines = json_lines
         self.kind = f"{history.kind}+{live.kind}"  # type: ignore[misc]
         self.limit_alias = live.limit_alias  # type: ignore[misc]
         self.record_time_from = live.record_time_from
@@ -474,7 +479,7 @@ class HistoryThenLive(FrontSource):
             times = side.record_times(inner, batch) if (self.timed or part.record_time) else None
             if past:
                 step = f"history {self.history.kind}"
-                if self.history.kind == "files":  # an archive's lines: JSON objects
+                if self.json_lines:  # an archive's lines: JSON objects, fields by name
                     batch = _json_rows(batch, fields, step, inner)
                 batch = _projected(batch, fields, step, inner)
             if times is not None:
@@ -505,9 +510,21 @@ class HistoryThenLiveReader(FrontReader):
         self.source.restore(dict(begin.extra).get(RECORD))
         self.source.planning = True
         try:
-            return super().latestOffset(start, limit)
+            end = super().latestOffset(start, limit)
         finally:
             self.source.planning = False
+        if end is not start:
+            end[RECORD]["done"] = self._done({k: p for k, _, p, _ in end["fronts"]})
+        return end
+
+    def _done(self, positions: Mapping[str, int]) -> int:
+        """How much of the history the batch's end has read, in its ``records_between``."""
+        state = self.source.state
+        return sum(
+            self.source.records_between(k, state.starts[k], min(positions[k], state.reach[k]))
+            for k in state.reach
+            if k in positions
+        )
 
     def _within_target(
         self, discovered: Mapping[str, int], positions: Mapping[str, int]
@@ -557,11 +574,7 @@ class HistoryThenLiveReader(FrontReader):
         if shim is None:
             return
         state = self.source.state
-        done = sum(
-            self.source.records_between(k, state.starts[k], min(ends.get(k, 0), state.reach[k]))
-            for k in state.reach
-            if k in ends
-        )
+        done = self._done(ends)
         values = {
             "live": 1.0 if state.live else 0.0,
             "historyRowsRead": float(state.rows_read + (taken or 0) * (not state.live)),
@@ -663,7 +676,9 @@ def check_projection(history: FrontSource, live: FrontSource, step: str) -> None
     A files history's lines are JSON objects whose fields give the columns (checked as read).
     """
     have = {f.name: f.type for f in history.payload_fields()}
-    if history.kind != "files" and "value" not in have:
+    if history.kind == "files":
+        return  # JSON lines give the columns by name; text lines the value (checked in parse)
+    if "value" not in have:
         raise ConfigError(
             step,
             "history",
@@ -684,6 +699,7 @@ OWN_OPTIONS = frozenset(
         "topiccolumn",
         "cuttime",
         "maxrecordspertrigger",
+        "format",
     }
 )
 
@@ -744,3 +760,32 @@ def check_boundary_columns(history: FrontSource, boundary: Boundary, step: str) 
         if integer and not pa.types.is_integer(have[column]):
             allowed = f"an integer column ({column} is {have[column]})"
             raise ConfigError(step, option, column, allowed)
+
+
+def history_format(options: OptionReader, history_kind: str, live: FrontSource) -> bool:
+    """``history.format`` of a files history: whether its lines are JSON objects.
+
+    ``text`` (each line is the record's ``value``, as the files front reads it) is the default
+    for a live front whose payload is a text ``value`` alone (files); ``json`` otherwise.
+    """
+    fields = live.payload_fields()
+    text_live = [f.name for f in fields] == ["value"] and pa.types.is_string(fields[0].type)
+    chosen = options.choice("history.format", ["json", "text"], "text" if text_live else "json")
+    if history_kind != "files":
+        if options.raw("history.format") is not None:
+            raise ConfigError(
+                options.step,
+                "history.format",
+                chosen,
+                "only with history=files (a table has columns)",
+            )
+        return False
+    if chosen == "text" and not text_live:
+        raise ConfigError(
+            options.step,
+            "history.format",
+            "text",
+            f"json: the live {live.kind} front's rows have "
+            f"{', '.join(f.name for f in fields)}, which text lines cannot give",
+        )
+    return chosen == "json"
