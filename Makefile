@@ -17,7 +17,7 @@ SHIM_SOURCES := jvm-shim/pom.xml $(wildcard jvm-shim/src/main/java/io/flamestrea
 export PYSPARK_PYTHON := $(abspath $(VENV)/bin/flamestream-python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VENV)/bin/flamestream-python)
 
-.PHONY: help setup run test unit lint format bench bench-spark bench-rescale bench-first bench-compare bench-cycles soak clean wheel constraints
+.PHONY: help setup run test unit lint format bench bench-spark bench-rescale bench-first bench-compare bench-cycles bench-backfill soak clean wheel constraints
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -111,6 +111,13 @@ bench-rescale: setup  ## rescale on a growing standalone cluster vs Spark's stop
 # --components-sizes 300 1000 --fanout-sizes 1000 10000".
 bench-cycles: setup  ## cycles at scale: components and one global time's fan-out, time per row per size (JSON)
 	$(PY) -m benchmarks.cycles_scale $(CYCLES_ARGS)
+
+# History then live: a Delta history of BACKFILL records then live files, against streaming the
+# history in micro-batches and against a bounded read of it (the batch job), for the declared
+# word count and the per-key gaps with lambdas. Flags: BACKFILL_ARGS, e.g.
+# make bench-backfill BACKFILL_ARGS="--records 10000000 --repeat 2".
+bench-backfill: setup  ## history then live vs streaming the history and vs a bounded read: JSON
+	$(PY) -m benchmarks.backfill $(BACKFILL_ARGS)
 
 # Word count against plain PySpark (built-ins, and the split as an Arrow Python UDF), Bytewax
 # 0.21.1, Pathway 0.33.0 and collections.Counter; gaps between a key's events against

@@ -41,6 +41,7 @@ from pyspark.sql.streaming.datasource import ReadLimit
 from flamestream.errors import ConfigError
 from flamestream.spark.connector.boundary import (
     FoundPositions,
+    Held,
     Switch,
     listed,
     position_switch,
@@ -145,6 +146,8 @@ class BackfillState:
     rows_read: int = 0
     #: the history's size by ``records_between`` (records, or bytes for files)
     size: int = 0
+    #: boundary ``position``: per live source name, what the history holds (``Held``)
+    held: dict[str, list[Any]] = field(default_factory=dict)
     #: None while backfilling; then the switch's batch, starts, derivation and gaps
     switch: dict[str, Any] | None = None
     fixed: bool = False
@@ -162,6 +165,7 @@ class BackfillState:
             "reach": dict(sorted(self.reach.items())),
             "rowsRead": self.rows_read,
             "size": self.size,
+            "held": self.held,
             "switch": self.switch,
         }
 
@@ -175,6 +179,7 @@ class BackfillState:
             reach={str(k): int(v) for k, v in data["reach"].items()},
             rows_read=int(data["rowsRead"]),
             size=int(data.get("size", 0)),
+            held=dict(data.get("held", {})),
             switch=data.get("switch"),
             fixed=True,
         )
@@ -290,6 +295,8 @@ class HistoryThenLive(FrontSource):
             state.starts[HISTORY + inner] = start
             state.reach[HISTORY + inner] = max(start, reach)
             state.size += self.history.records_between(inner, start, max(start, reach))
+        if self.boundary.kind == "position":
+            state.held = self._scan_positions()
         state.fixed = True
         log.info("history %s: %d sources, size %d", self.history.kind, len(found), state.size)
 
@@ -369,13 +376,8 @@ class HistoryThenLive(FrontSource):
 
     def _position_switch(self, live_available: Mapping[str, int]) -> Switch:
         by_name = {self.live.source_name(k): k for k in live_available}
-        found: dict[str, FoundPositions] = {}
-        for names, positions in self._history_positions():
-            encoded = names.dictionary_encode()
-            index = encoded.indices.to_numpy(zero_copy_only=False)
-            for i, name in enumerate(encoded.dictionary.to_pylist()):
-                found.setdefault(str(name), FoundPositions()).add(positions[index == i])
-        foreign = sorted(set(found) - set(by_name))
+        held = {name: Held.from_json(data) for name, data in self.state.held.items()}
+        foreign = sorted(set(held) - set(by_name))
         if foreign:
             log.warning(
                 "history then %s: the history holds positions of %s, which the live source "
@@ -384,12 +386,31 @@ class HistoryThenLive(FrontSource):
                 ", ".join(foreign[:5]),
             )
         return position_switch(
-            found,
+            held,
             by_name,
             self.live.position_after,
             self._earliest(live_available),
             counted=self.live.positions_count_records,
         )
+
+    def _scan_positions(self) -> dict[str, list[Any]]:
+        """Batch 0, boundary ``position``: what the history holds of each live source.
+
+        Read once, when the history's extent is fixed (the boundary columns only, where the
+        history can project them), so the switch itself reads nothing of the history.
+        """
+        found: dict[str, FoundPositions] = {}
+        for names, positions in self._history_positions():
+            encoded = names.dictionary_encode()
+            index = encoded.indices.to_numpy(zero_copy_only=False)
+            for i, name in enumerate(encoded.dictionary.to_pylist()):
+                found.setdefault(str(name), FoundPositions()).add(positions[index == i])
+        counted = self.live.positions_count_records
+        return {
+            name: Held.of(name, f, counted=counted).to_json()
+            for name, f in sorted(found.items())
+            if f.top is not None
+        }
 
     def _history_positions(self) -> Iterator[tuple[pa.Array, Any]]:
         """Per chunk of the history: each row's live source name and live position."""
