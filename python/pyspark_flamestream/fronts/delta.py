@@ -219,6 +219,14 @@ class DeltaSource(FrontSource):
         """The starting version part of the key: ``<V0>`` or ``<V0>:commits``."""
         return key.rsplit("@", 1)[1]
 
+    def read_times(self, part: FrontRange) -> Iterator[pa.Array]:
+        """Planning's record times: the ``timestampColumn`` alone is read (a projection)."""
+        assert self.timestamp_column is not None  # clock=record requires it  # noqa: S101
+        name = next(p for p, c in self.columns.items() if c == self.timestamp_column)
+        for batch in self.scan_columns(part.key, part.start, part.end, [name]):
+            if batch.num_rows:
+                yield self.record_times(part.key, batch)
+
     def record_times(self, key: str, batch: pa.RecordBatch) -> pa.Array:
         """``clock=record``: ``timestampColumn`` as int64 (a timestamp in µs since the epoch)."""
         assert self.timestamp_column is not None  # clock=record requires it  # noqa: S101

@@ -164,6 +164,16 @@ class FrontSource:
         """
         raise NotImplementedError
 
+    def read_times(self, part: FrontRange) -> Iterator[pa.Array]:
+        """The record times of ``part``'s records, in order (driver side, ``clock=record``).
+
+        Planning stamps a batch from them. By default the records are read and their times
+        taken; a source that can read the time alone (a column) reads only that.
+        """
+        for batch in self.read_range(part):
+            if batch.num_rows:
+                yield self.record_times(part.key, batch)
+
     def record_times(self, key: str, batch: pa.RecordBatch) -> pa.Array:
         """The int64 record time of each row of ``batch`` (a batch ``read_range`` gave)."""
         msg = f"front {self.kind}: records have no time of their own"
@@ -428,9 +438,8 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return first + (end - start)
         floor = first  # record time: read the range here to record the clamp state it ends in
         part = FrontRange(front.key, front.front, start, end, first, record_time=True)
-        for batch in self.source.read_range(part):
-            if batch.num_rows:
-                _, floor = clamp_times(self.source.record_times(front.key, batch), floor)
+        for times in self.source.read_times(part):
+            _, floor = clamp_times(times, floor)
         return floor
 
     def _watch(self, discovered: Mapping[str, int]) -> None:

@@ -511,6 +511,18 @@ class HistoryThenLive(FrontSource):
             if batch.num_rows:
                 yield batch
 
+    def read_times(self, part: FrontRange) -> Iterator[pa.Array]:
+        """The side's own times (a projection where it has one), cut as ``read_range`` cuts."""
+        side, inner = self._side(part.key)
+        past = side is self.history
+        cut = self.boundary.cut
+        for times in side.read_times(replace(part, key=inner)):
+            times = pc.cast(times, pa.int64())
+            if cut is not None:
+                times = times.filter(pc.less(times, cut) if past else pc.greater_equal(times, cut))
+            if len(times):
+                yield times
+
     def record_times(self, key: str, batch: pa.RecordBatch) -> pa.Array:
         """The time ``read_range`` attached."""
         return batch.column(TIME_COLUMN)
