@@ -90,6 +90,7 @@ def test_a_position_boundary_starts_each_partition_after_its_archive_and_reports
     assert starts == {"0": 4, "1": 5, "2": 0}
     assert switch["gaps"] == [[f"{kafka_topic}-1", 2, 2, "inside"]]
     assert switch["gapPositions"] == 1
+    assert any("2..2" in w and "in neither" in w for w in switch["warnings"])
 
 
 def test_a_time_boundary_seeks_each_partition_by_time_and_drops_late_records_below_it(
@@ -128,3 +129,36 @@ def test_a_time_boundary_seeks_each_partition_by_time_and_drops_late_records_bel
         o["history"]["switch"] for o in offsets(tmp_path / "ck") if o["history"]["switch"]
     )
     assert sorted(switch["starts"].values()) == [3, 3, 3]
+
+
+def test_a_cut_time_in_the_future_of_the_live_source_is_recorded_as_a_warning(
+    spark: SparkSession, kafka_broker: KafkaBroker, kafka_topic: str, tmp_path: Path
+):
+    sent = produce_timed(kafka_broker, kafka_topic, 3)
+    rows = [
+        {"partition": p, "offset": i, "timestamp": stamp(p, i), "value": sent[p][i]}
+        for p in range(PARTITIONS)
+        for i in range(3)
+    ]
+    write_lines(tmp_path / "archive" / "a.jsonl", [json.dumps(r) for r in rows])
+    df = hybrid(
+        spark,
+        kafka_broker,
+        kafka_topic,
+        history="files",
+        **{
+            "history.path": str(tmp_path / "archive"),
+            "history.boundary": "time",
+            "history.cutTime": stamp(0, 100),  # after every record the topic holds
+            "history.timestampField": "timestamp",
+        },
+    )
+    run_to_files(df, tmp_path / "out", tmp_path / "ck")
+    out = released(tmp_path / "out")
+    assert sorted(decoded(out)) == sorted(v for vs in sent.values() for v in vs)  # all archived
+    assert all(r["source"] == "a.jsonl" for r in out)
+    switch = next(
+        o["history"]["switch"] for o in offsets(tmp_path / "ck") if o["history"]["switch"]
+    )
+    assert any("future of the live source" in w for w in switch["warnings"])
+    assert sorted(switch["starts"].values()) == [3, 3, 3]  # each partition's end

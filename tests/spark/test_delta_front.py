@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pickle
 from collections import Counter
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -200,6 +201,13 @@ def test_advance_never_skips_or_repeats_a_row(
         position, i = new, i + 1
     assert position == end and seen == wanted
     assert all(p == position_of(version_of(p), row_of(p)) for p in every)
+    # cut into pieces of `size` rows: every piece but the last holds exactly that many
+    size = limits[0]
+    bounds = [0, *front.split_positions(key, 0, end, size), end]
+    pieces = [[p for p in every if a <= p < b] for a, b in pairwise(bounds)]
+    assert [p for piece in pieces for p in piece] == wanted
+    assert all(len(piece) == size for piece in pieces[:-1]) and len(pieces[-1]) <= size
+    assert front.records_between(key, 0, end) == len(wanted)
 
 
 @pytest.fixture(scope="module")

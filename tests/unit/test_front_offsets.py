@@ -134,15 +134,18 @@ def test_global_times_do_not_depend_on_read_limits_or_restarts(clock: str):
         limits = [rng.choice([None, 1, 2, 3, 5, 7]) for _ in range(rng.randint(1, 4))]
         restarts = frozenset(rng.sample(range(1, 12), rng.randint(0, 3)))
         tasks = rng.choice([None, 1, 2, 3])  # how the ranges are packed into read tasks
+        split = rng.choice([500_000, 1, 2, 3])  # and cut into pieces (splitRecords)
         rows, _ = run(
-            lambda: reader(ListSource(INPUT), clock=clock, read_tasks=tasks),  # noqa: B023
+            lambda tasks=tasks, split=split: reader(
+                ListSource(INPUT), clock=clock, read_tasks=tasks, split_records=split
+            ),
             limits,
             restarts=restarts,
         )
         assert len(rows) == sum(len(v) for v in INPUT.values())
         if expected is None:
             expected = sorted(rows)
-        assert sorted(rows) == expected, (limits, restarts, tasks)
+        assert sorted(rows) == expected, (limits, restarts, tasks, split)
     assert expected is not None
     by_front: dict[int, list[int]] = {}
     for ts, front, _ in expected:
@@ -424,3 +427,15 @@ def test_read_tasks_pack_a_batch_and_zero_is_refused():
     assert [[r.key for r in p.value.ranges] for p in parts] == [["c"], ["a", "b"]]
     with pytest.raises(ConfigError, match="readTasks"):
         ReaderConfig.parse(OptionReader("front lists", {"readTasks": "0"}))
+
+
+@pytest.mark.parametrize("clock", ["logical", "record"])
+def test_a_range_cut_into_pieces_reads_as_the_whole_range(clock: str):
+    front = reader(ListSource(INPUT), clock=clock, split_records=2)
+    start = front.initialOffset()
+    end = front.latestOffset(start, ReadAllAvailable())
+    tasks = front.partitions(start, end)
+    assert len(tasks) == sum((len(v) + 1) // 2 for v in INPUT.values())  # two records a piece
+    whole = reader(ListSource(INPUT), clock=clock)
+    assert len(whole.partitions(start, end)) == len(INPUT)
+    assert stamped(front, start, end) == stamped(whole, start, end)  # same rows, same order

@@ -296,6 +296,18 @@ class DeltaSource(FrontSource):
     #: positions jump from version to version: a missing one is no lost row
     positions_count_records = False
 
+    def split_positions(self, key: str, start: int, end: int, records: int) -> list[int]:
+        """Every ``records`` rows of [start, end), as positions (rows counted over versions)."""
+        cuts: list[int] = []
+        done, target = 0, records
+        for version, low, high in self._spans(key, start, end):
+            size = high - low
+            while target < done + size:
+                cuts.append(position_of(version, low + target - done))
+                target += records
+            done += size
+        return cuts
+
     def records_between(self, key: str, start: int, end: int) -> int:
         """The rows of [start, end), version by version."""
         return sum(high - low for _, low, high in self._spans(key, start, end))

@@ -28,6 +28,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import pairwise
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -148,6 +149,17 @@ class FrontSource:
         """
         return end - start
 
+    def split_positions(self, key: str, start: int, end: int, records: int) -> list[int]:
+        """Positions cutting [start, end) into pieces of about ``records`` records (driver).
+
+        Ascending, strictly inside the range; each piece becomes a read task of its own, so
+        one big source is read on several cores. Positions that count records cut by
+        arithmetic; other sources cut nowhere unless they know their records' positions.
+        """
+        if not self.positions_count_records:
+            return []
+        return list(range(start + records, end, records))
+
     def finished(self, key: str, position: int) -> bool:
         """Whether ``key`` can have no record at or after ``position``, ever (bounded input)."""
         return False
@@ -205,6 +217,8 @@ class ReaderConfig:
     #: a graph's checkpoint whose loop channel the front waits for (set by ``apply`` for a
     #: graph whose cycle crosses key partitions): no new record while the loop is busy
     loop_gate: str | None = None
+    #: a source's range of more records than this is read in pieces, a task each
+    split_records: int = 500_000
 
     @classmethod
     def parse(cls, options: OptionReader, limit_alias: str | None = None) -> ReaderConfig:
@@ -232,6 +246,7 @@ class ReaderConfig:
         budget = Budget.parse(options, max_records if on else None)  # validated either way
         idle = options.optional_integer("idleTimeoutMs", minimum=1)
         read_tasks = options.optional_integer("readTasks", minimum=1)
+        split = options.integer("splitRecords", cls.split_records, minimum=1)
         stage = options.raw(STAGE_OPTION)
         budget_from = options.raw(LIMIT_FROM) or None
         initial = options.raw(INITIAL_LIMIT)
@@ -246,6 +261,7 @@ class ReaderConfig:
             budget_from=budget_from,
             budget_initial=int(initial) if initial else 100,
             loop_gate=options.raw(LOOP_GATE) or None,
+            split_records=split,
         )
 
 
@@ -264,6 +280,7 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.budget_from = config.budget_from
         self.budget_initial = config.budget_initial
         self.loop_gate = config.loop_gate
+        self.split_records = config.split_records
         if self.stage is not None:
             self.stage.check(source.payload_fields(), f"front {source.kind}")
         if self.clock == "record" and source.record_time_from is None:
@@ -607,8 +624,30 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         Each range carries everything needed to stamp it, and everything comes from the two
         offsets: a replayed batch stamps exactly as planned.
         """
-        ranges = self._ranges(start, end)
+        ranges = [piece for part in self._ranges(start, end) for piece in self._pieces(part)]
         return [InputPartition(task) for task in packed_ranges(ranges, self.read_tasks)]
+
+    def _pieces(self, part: FrontRange) -> list[FrontRange]:
+        """``part`` cut where its source says (``splitRecords``), each piece stamped alike.
+
+        A piece's base is where the whole range's stamping stands at its start: ``base +
+        (cut - start)`` for positional clocks; with record times, the clamp's floor after the
+        pieces before it (their times read here, as planning read them). So the pieces' rows
+        get exactly the global times the whole range would give them.
+        """
+        cuts = self.source.split_positions(part.key, part.start, part.end, self.split_records)
+        if not cuts:
+            return [part]
+        bounds = [part.start, *cuts, part.end]
+        pieces, floor = [], part.base
+        for first, stop in pairwise(bounds):
+            base = floor if part.record_time else part.base + (first - part.start)
+            piece = replace(part, start=first, end=stop, base=base)
+            pieces.append(piece)
+            if part.record_time and stop < part.end:
+                for times in self.source.read_times(piece):
+                    _, floor = clamp_times(times, floor)
+        return pieces
 
     def _ranges(self, start: dict[str, Any], end: dict[str, Any]) -> list[FrontRange]:
         """One range per source that moved between the two offsets."""

@@ -324,23 +324,20 @@ class HistoryThenLive(FrontSource):
             )
 
     def _plan_switch(self, available: Mapping[str, int]) -> None:
-        """Decide the live starts from the boundary; warn about gaps."""
+        """Decide the live starts from the boundary; warn about gaps (logged and recorded)."""
         live_keys = {self.side_key(k)[1]: v for k, v in available.items()}
+        warnings: list[str] = []
         if self.boundary.kind == "time":
-            switch = self._time_switch(live_keys)
+            switch = self._time_switch(live_keys, warnings)
         else:
-            switch = self._position_switch(live_keys)
-        for gap in switch.gaps:
-            log.warning(
-                "history then %s: positions %d..%d of %s are in neither the history nor the "
-                "live source (%s); %d positions in all",
-                self.live.kind,
-                gap.first,
-                gap.last,
-                gap.source,
-                gap.where,
-                switch.gap_positions,
-            )
+            switch = self._position_switch(live_keys, warnings)
+        warnings += [
+            f"positions {gap.first}..{gap.last} of {gap.source} are in neither the history "
+            f"nor the live source ({gap.where})"
+            for gap in switch.gaps
+        ]
+        for text in warnings:
+            log.warning("history then %s: %s", self.live.kind, text)
         self.state.switch = {
             "boundary": self.boundary.kind,
             "cut": self.boundary.cut,
@@ -348,6 +345,7 @@ class HistoryThenLive(FrontSource):
             "derivedFrom": switch.derived,
             "gaps": listed(switch.gaps),
             "gapPositions": switch.gap_positions,
+            "warnings": warnings[:20],
         }
 
     def _earliest(self, live_available: Mapping[str, int]) -> Any:
@@ -356,7 +354,7 @@ class HistoryThenLive(FrontSource):
 
         return earliest
 
-    def _time_switch(self, live_available: Mapping[str, int]) -> Switch:
+    def _time_switch(self, live_available: Mapping[str, int], warnings: list[str]) -> Switch:
         cut = self.boundary.cut
         assert cut is not None  # noqa: S101 - parse() sets it for time
         switch = time_switch(
@@ -366,24 +364,20 @@ class HistoryThenLive(FrontSource):
         )
         at_end = [k for k, s in switch.starts.items() if s >= live_available[k]]
         if live_available and len(at_end) == len(live_available):
-            log.warning(
-                "history then %s: no live record at or after history.cutTime=%d yet (the "
-                "cut lies in the future of the live source?); live starts at its end",
-                self.live.kind,
-                cut,
+            warnings.append(
+                f"no live record at or after history.cutTime={cut} yet: the cut lies in the "
+                "future of the live source; live starts at its end"
             )
         return switch
 
-    def _position_switch(self, live_available: Mapping[str, int]) -> Switch:
+    def _position_switch(self, live_available: Mapping[str, int], warnings: list[str]) -> Switch:
         by_name = {self.live.source_name(k): k for k in live_available}
         held = {name: Held.from_json(data) for name, data in self.state.held.items()}
         foreign = sorted(set(held) - set(by_name))
         if foreign:
-            log.warning(
-                "history then %s: the history holds positions of %s, which the live source "
-                "does not have (now); they do not move any live start",
-                self.live.kind,
-                ", ".join(foreign[:5]),
+            warnings.append(
+                f"the history holds positions of {', '.join(foreign[:5])}, which the live "
+                "source does not have (now): they move no live start"
             )
         return position_switch(
             held,
@@ -468,6 +462,11 @@ class HistoryThenLive(FrontSource):
             return position >= self.state.reach[key]
         side, inner = self._side(key)
         return side.finished(inner, position)
+
+    def split_positions(self, key: str, start: int, end: int, records: int) -> list[int]:
+        """The side's own cuts."""
+        side, inner = self._side(key)
+        return side.split_positions(inner, start, end, records)
 
     def records_between(self, key: str, start: int, end: int) -> int:
         """The side's own measure."""
