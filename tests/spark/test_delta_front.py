@@ -78,9 +78,10 @@ def stream_to_files(spark: SparkSession, table: Path, out: Path, ck: Path, **opt
 
 
 def snapshot_values(table: Path) -> list[str]:
-    """The table's rows in determinant order: its files sorted by path, rows in file order."""
+    """The table's rows in determinant order: files oldest first, then by path; rows in order."""
     dt = DeltaTable(str(table))
-    paths = sorted(pa.table(dt.get_add_actions(flatten=True)).column("path").to_pylist())
+    adds = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+    paths = [a["path"] for a in sorted(adds, key=lambda a: (a["modification_time"], a["path"]))]
     return [v for p in paths for v in pq.read_table(table / p).column("value").to_pylist()]
 
 

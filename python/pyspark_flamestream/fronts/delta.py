@@ -9,8 +9,8 @@ offsets and never pick ``V0`` again.
 
 **Positions.** ``position = (version << 32) | row``: ``row`` counts the version's rows,
 
-* for the snapshot version ``V0``: every live data file at ``V0``, sorted by path, rows in
-  file order;
+* for the snapshot version ``V0``: every live data file at ``V0``, oldest first
+  (modification time, then path), rows in file order;
 * for a commit version: the rows of the files the commit adds with ``dataChange: true``, in
   the commit's order, rows in file order.
 
@@ -356,7 +356,11 @@ class DeltaSource(FrontSource):
         return cached
 
     def _snapshot(self, version: int) -> VersionRows:
-        """Every live data file at ``version``, sorted by path (delta-rs reads the log)."""
+        """Every live data file at ``version``, oldest first (delta-rs reads the log).
+
+        By modification time, then path, as Spark's own Delta source orders a snapshot: close
+        to the order the commits added them (the path alone, a random name, would not be).
+        """
         module = deltalake(self.step, "front")
         table = module.DeltaTable(self.path, version=version, storage_options=self.storage_options)
         self._check_schema(version, _arrow_schema(table.schema()), table.metadata())
@@ -365,7 +369,7 @@ class DeltaSource(FrontSource):
         actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
         files = [
             self._data_file(a["path"], a.get("num_records"), _snapshot_partition(a))
-            for a in sorted(actions, key=lambda a: str(a["path"]))
+            for a in sorted(actions, key=lambda a: (int(a["modification_time"]), str(a["path"])))
         ]
         return VersionRows(version, tuple(files))
 
