@@ -34,12 +34,11 @@ from flamestream.spark.connector.front import (
     FrontSource,
     ReaderConfig,
 )
-from flamestream.spark.connector.history import (
+from flamestream.spark.connector.history import HistoryThenLive, HistoryThenLiveReader
+from flamestream.spark.connector.history_options import (
     BACKFILL_LIMIT,
     HISTORY_KINDS,
     Boundary,
-    HistoryThenLive,
-    HistoryThenLiveReader,
     MissingHistory,
     check_history,
     history_format,

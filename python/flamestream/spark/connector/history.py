@@ -27,7 +27,6 @@ clamped from there.
 
 from __future__ import annotations
 
-import io
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -35,10 +34,8 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.json as pa_json
 from pyspark.sql.streaming.datasource import ReadLimit
 
-from flamestream.errors import ConfigError
 from flamestream.spark.connector.boundary import (
     FoundPositions,
     Held,
@@ -48,92 +45,25 @@ from flamestream.spark.connector.boundary import (
     time_switch,
 )
 from flamestream.spark.connector.front import FrontReader, FrontSource, ReaderConfig
-from flamestream.spark.connector.offsets import FrontOffset, FrontRange, OffsetError
-from flamestream.spark.connector.options import OptionReader
+from flamestream.spark.connector.history_options import Boundary
+from flamestream.spark.connector.history_rows import (
+    boundary_columns,
+    int_column,
+    json_rows,
+    projected,
+    row_topics,
+)
+from flamestream.spark.connector.offsets import FrontOffset, FrontRange
 from flamestream.spark.control.admission import AdmissionController
 
 log = logging.getLogger(__name__)
 
-#: The kinds a history may be (bounded reads of files or of a Delta table).
-HISTORY_KINDS = ("delta", "files")
 #: Key prefixes of the two sides inside the hybrid front.
 HISTORY, LIVE = "history:", "live:"
 #: The offset log's record of the backfill and the switch.
 RECORD = "history"
 #: A record's time, carried beside the payload from ``read_range`` to ``record_times``.
 TIME_COLUMN = "__record_time"
-#: Default records per backfill batch.
-BACKFILL_LIMIT = 1_000_000
-
-
-@dataclass(frozen=True)
-class Boundary:
-    """How the history and the live source meet (declared once, by the user)."""
-
-    kind: str  # "position" or "time"
-    #: position: the history's column with the live position (Kafka's offset)
-    position_column: str | None = None
-    #: position: the history's column with the live source's name (its ``source`` column)
-    source_column: str | None = None
-    #: position, Kafka: the partition (and topic) columns instead of ``source_column``
-    partition_column: str | None = None
-    topic_column: str | None = None
-    #: time: history rows below it, live rows at or above it (the record times' unit)
-    cut: int | None = None
-
-    @classmethod
-    def parse(cls, options: OptionReader, live: FrontSource) -> Boundary:
-        """``history.boundary`` and its columns or cut time, checked against the live front."""
-        kind = options.choice("history.boundary", ["position", "time"], "")
-        if not kind:
-            raise ConfigError(options.step, "history.boundary", None, "position or time (required)")
-        if kind == "time":
-            cut = options.integer("history.cutTime")
-            if live.record_time_from is None:
-                raise ConfigError(
-                    options.step,
-                    "history.boundary",
-                    "time",
-                    f"position: the live {live.kind} front's records have no time here "
-                    "(give it its record-time option, e.g. timestampField with clock=record)",
-                )
-            return cls("time", cut=cut)
-        default = "offset" if live.kind == "kafka" else "position"
-        position = options.string("history.positionColumn", default, what="column name")
-        source = options.optional_string("history.sourceColumn", what="column name")
-        partition = options.optional_string("history.partitionColumn", what="column name")
-        topic = options.optional_string("history.topicColumn", what="column name")
-        if source is None and partition is None:
-            partition = "partition" if live.kind == "kafka" else None
-            source = None if live.kind == "kafka" else "source"
-        if source is not None and partition is not None:
-            raise ConfigError(
-                options.step,
-                "history.partitionColumn",
-                partition,
-                "either history.sourceColumn or history.partitionColumn, not both",
-            )
-        if partition is not None and live.kind != "kafka":
-            raise ConfigError(
-                options.step,
-                "history.partitionColumn",
-                partition,
-                f"only with a kafka live front (this one is {live.kind}): "
-                "history.sourceColumn names the live source per row",
-            )
-        return cls("position", position, source, partition, topic)
-
-    def columns(self) -> list[str]:
-        """The history's columns the boundary reads."""
-        names = [self.position_column, self.source_column, self.partition_column]
-        return [n for n in (*names, self.topic_column) if n is not None]
-
-    def describe(self) -> str:
-        """One line for logs and ``describe``."""
-        if self.kind == "time":
-            return f"time: history below {self.cut}, live at or above it"
-        where = self.source_column or f"{self.topic_column or 'topic'}-{self.partition_column}"
-        return f"position: live after the history's largest {self.position_column} per {where}"
 
 
 @dataclass
@@ -183,26 +113,6 @@ class BackfillState:
             switch=data.get("switch"),
             fixed=True,
         )
-
-
-class MissingHistory(FrontSource):
-    """A history that could not be opened at query start (its folder or table is gone).
-
-    A query past its switch never reads the history again, so that is no error for it: only a
-    planning that still needs the history raises the error the history's front gave.
-    """
-
-    def __init__(self, kind: str, error: ConfigError) -> None:
-        self.kind = kind  # type: ignore[misc]
-        self.error = error
-
-    def payload_fields(self) -> list[pa.Field]:
-        """None known."""
-        return []
-
-    def discover(self, known: Mapping[str, int]) -> dict[str, int]:
-        """The error the history's front raised at query start."""
-        raise self.error
 
 
 class HistoryThenLive(FrontSource):
@@ -416,21 +326,21 @@ class HistoryThenLive(FrontSource):
             for batch in self._history_batches(part, b.columns()):
                 if not batch.num_rows:
                     continue
-                table = _columns(batch, b.columns(), f"history {self.history.kind}", inner)
-                positions = _int_column(table, b.position_column, "history.positionColumn")
+                table = boundary_columns(batch, b.columns(), f"history {self.history.kind}", inner)
+                positions = int_column(table, b.position_column, "history.positionColumn")
                 if b.source_column is not None:
                     names = pc.cast(table.column(b.source_column), pa.string())
                 else:
                     assert b.partition_column is not None  # noqa: S101
-                    _int_column(table, b.partition_column, "history.partitionColumn")
+                    int_column(table, b.partition_column, "history.partitionColumn")
                     parts = pc.cast(table.column(b.partition_column), pa.string())
-                    topics = _topics(table, b.topic_column, self._live_topics(), len(parts))
+                    topics = row_topics(table, b.topic_column, self._liverow_topics(), len(parts))
                     names = pc.binary_join_element_wise(topics, parts, "-")
                 if isinstance(names, pa.ChunkedArray):
                     names = names.combine_chunks()
                 yield names, positions
 
-    def _live_topics(self) -> list[str]:
+    def _liverow_topics(self) -> list[str]:
         topics: list[str] = getattr(self.live, "topics", [])
         return topics
 
@@ -500,8 +410,8 @@ class HistoryThenLive(FrontSource):
             if past:
                 step = f"history {self.history.kind}"
                 if self.json_lines:  # an archive's lines: JSON objects, fields by name
-                    batch = _json_rows(batch, fields, step, inner)
-                batch = _projected(batch, fields, step, inner)
+                    batch = json_rows(batch, fields, step, inner)
+                batch = projected(batch, fields, step, inner)
             if times is not None:
                 batch = batch.append_column(TIME_COLUMN, pc.cast(times, pa.int64()))
                 if cut is not None:
@@ -614,210 +524,3 @@ class HistoryThenLiveReader(FrontReader):
             "gapPositions": float((state.switch or {}).get("gapPositions", 0)),
         }
         shim.push_metrics(f"front.{self.source.kind}.history", values)
-
-
-def _columns(batch: pa.RecordBatch, names: list[str], step: str, key: str) -> pa.Table:
-    """``names`` from ``batch``: its columns, or the JSON fields of its ``value`` lines."""
-    if all(n in batch.schema.names for n in names):
-        return pa.Table.from_batches([batch]).select(names)
-    if "value" not in batch.schema.names:
-        missing = [n for n in names if n not in batch.schema.names]
-        msg = f"{step}: {key} has no column {missing[0]!r} (columns: {batch.schema.names})"
-        raise OffsetError(msg)
-    text = "\n".join(v if v is not None else "{}" for v in batch.column("value").to_pylist())
-    options = pa_json.ParseOptions(unexpected_field_behavior="ignore")
-    try:
-        table = pa_json.read_json(io.BytesIO(text.encode()), parse_options=options)
-    except pa.ArrowInvalid as exc:
-        msg = f"{step}: {key}'s lines are not JSON objects with the boundary's fields: {exc}"
-        raise OffsetError(msg) from exc
-    missing = [n for n in names if n not in table.column_names]
-    if missing:
-        msg = f"{step}: {key}'s lines have no field {missing[0]!r} (a boundary column)"
-        raise OffsetError(msg)
-    return table.select(names)
-
-
-def _int_column(table: pa.Table, name: str, option: str) -> Any:
-    """A boundary column as an int64 numpy array; nulls or other types are errors."""
-    column = table.column(name)
-    if not pa.types.is_integer(column.type) or column.null_count:
-        what = f"type {column.type}" if not pa.types.is_integer(column.type) else "nulls"
-        step = "history"
-        raise ConfigError(step, option, name, f"a column of integers without nulls ({what})")
-    return column.to_numpy().astype("int64")
-
-
-def _topics(table: pa.Table, column: str | None, topics: list[str], rows: int) -> Any:
-    """Each row's topic: the topic column, or the live front's only topic."""
-    if column is not None:
-        return pc.cast(table.column(column), pa.string())
-    if len(topics) != 1:
-        step = "history"
-        raise ConfigError(
-            step,
-            "history.topicColumn",
-            None,
-            f"a column naming each row's topic: the live front subscribes to {topics}",
-        )
-    return pa.repeat(pa.scalar(topics[0], pa.string()), rows)
-
-
-def _json_rows(batch: pa.RecordBatch, fields: list[pa.Field], step: str, key: str) -> Any:
-    """An archive's lines (JSON objects) as their fields named like the live columns.
-
-    Binary live columns (Kafka's key and value) are read as text and cast to bytes.
-    """
-    wanted = pa.schema(
-        [pa.field(f.name, pa.string() if pa.types.is_binary(f.type) else f.type) for f in fields]
-    )
-    options = pa_json.ParseOptions(explicit_schema=wanted, unexpected_field_behavior="ignore")
-    lines = batch.column("value")
-    text = "\n".join(v if v is not None else "{}" for v in lines.to_pylist()).encode()
-    try:
-        table = pa_json.read_json(io.BytesIO(text), parse_options=options)
-    except pa.ArrowInvalid as exc:
-        msg = f"{step}: {key}'s lines are not JSON objects with the live columns' types: {exc}"
-        raise OffsetError(msg) from exc
-    if table.num_rows != batch.num_rows:
-        msg = f"{step}: {key}: {batch.num_rows} lines gave {table.num_rows} JSON objects"
-        raise OffsetError(msg)
-    columns = [batch.column("position"), *(table.column(f.name).combine_chunks() for f in fields)]
-    return pa.RecordBatch.from_arrays(columns, names=["position", *(f.name for f in fields)])
-
-
-def _projected(batch: pa.RecordBatch, fields: list[pa.Field], step: str, key: str) -> Any:
-    """History rows as the live front's columns: by name, cast; a missing one null."""
-    columns = [batch.column("position")]
-    for f in fields:
-        if f.name in batch.schema.names:
-            try:
-                columns.append(pc.cast(batch.column(f.name), f.type))
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                msg = f"{step}: {key}'s column {f.name!r} does not cast to {f.type}: {exc}"
-                raise OffsetError(msg) from exc
-        else:
-            columns.append(pa.nulls(batch.num_rows, f.type))
-    names = ["position", *(f.name for f in fields)]
-    return pa.RecordBatch.from_arrays(columns, names=names)
-
-
-def check_projection(history: FrontSource, live: FrontSource, step: str) -> None:
-    """At query start: the history must give the live payload's ``value`` column.
-
-    A files history's lines are JSON objects whose fields give the columns (checked as read).
-    """
-    have = {f.name: f.type for f in history.payload_fields()}
-    if history.kind == "files":
-        return  # JSON lines give the columns by name; text lines the value (checked in parse)
-    if "value" not in have:
-        raise ConfigError(
-            step,
-            "history",
-            history.kind,
-            f"a history with a 'value' column (its columns: {sorted(have)}); the live "
-            f"{live.kind} front's rows have {[f.name for f in live.payload_fields()]}",
-        )
-
-
-#: The hybrid's own options (read with their ``history.`` prefix); the rest of ``history.*``
-#: goes to the history's front.
-OWN_OPTIONS = frozenset(
-    {
-        "boundary",
-        "positioncolumn",
-        "sourcecolumn",
-        "partitioncolumn",
-        "topiccolumn",
-        "cuttime",
-        "maxrecordspertrigger",
-        "format",
-    }
-)
-
-
-def split_options(
-    options: Mapping[str, str],
-) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
-    """(the live front's options, the history front's, the hybrid's own ``history.*``)."""
-    live: dict[str, str] = {}
-    past: dict[str, str] = {}
-    own: dict[str, str] = {}
-    for name, value in options.items():
-        lowered = name.lower()
-        if not lowered.startswith("history."):
-            live[name] = value
-        elif lowered[len("history.") :] in OWN_OPTIONS:
-            own[name] = value
-        else:
-            past[name[len("history.") :]] = value
-    return live, past, own
-
-
-def check_history(
-    history: FrontSource, live: FrontSource, boundary: Boundary, clock: str, step: str
-) -> None:
-    """At query start: the history gives ``value`` and, with ``clock=record``, times."""
-    if isinstance(history, MissingHistory):
-        return  # raised at the first planning that needs it
-    check_projection(history, live, step)
-    if history.kind != "files":  # a table's columns are known now; a file's lines are JSON
-        check_boundary_columns(history, boundary, step)
-    if clock == "record" and history.record_time_from is None:
-        where = f"history {history.kind}"
-        raise ConfigError(
-            where,
-            "clock",
-            "record",
-            "a history with record times (its record-time option, e.g. history.timestampField)",
-        )
-
-
-def check_boundary_columns(history: FrontSource, boundary: Boundary, step: str) -> None:
-    """The boundary's columns exist in the history, integers where they are positions."""
-    have = {f.name: f.type for f in history.payload_fields()}
-    b = boundary
-    named = {
-        "history.positionColumn": (b.position_column, True),
-        "history.partitionColumn": (b.partition_column, True),
-        "history.sourceColumn": (b.source_column, False),
-        "history.topicColumn": (b.topic_column, False),
-    }
-    for option, (column, integer) in named.items():
-        if column is None:
-            continue
-        if column not in have:
-            allowed = f"a column of the history {history.kind} ({', '.join(sorted(have))})"
-            raise ConfigError(step, option, column, allowed)
-        if integer and not pa.types.is_integer(have[column]):
-            allowed = f"an integer column ({column} is {have[column]})"
-            raise ConfigError(step, option, column, allowed)
-
-
-def history_format(options: OptionReader, history_kind: str, live: FrontSource) -> bool:
-    """``history.format`` of a files history: whether its lines are JSON objects.
-
-    ``text`` (each line is the record's ``value``, as the files front reads it) is the default
-    for a live front whose payload is a text ``value`` alone (files); ``json`` otherwise.
-    """
-    fields = live.payload_fields()
-    text_live = [f.name for f in fields] == ["value"] and pa.types.is_string(fields[0].type)
-    chosen = options.choice("history.format", ["json", "text"], "text" if text_live else "json")
-    if history_kind != "files":
-        if options.raw("history.format") is not None:
-            raise ConfigError(
-                options.step,
-                "history.format",
-                chosen,
-                "only with history=files (a table has columns)",
-            )
-        return False
-    if chosen == "text" and not text_live:
-        raise ConfigError(
-            options.step,
-            "history.format",
-            "text",
-            f"json: the live {live.kind} front's rows have "
-            f"{', '.join(f.name for f in fields)}, which text lines cannot give",
-        )
-    return chosen == "json"
