@@ -37,6 +37,7 @@ import argparse
 import json
 import os
 import shutil
+import sys
 import threading
 import time
 from pathlib import Path
@@ -216,6 +217,22 @@ def run_variant(
     return found
 
 
+def measured(
+    spark: Any, variant: str, workload: str, paths: dict[str, Path], args: Any, work: Path
+) -> dict[str, Any]:
+    """:func:`run_variant`, or what failed (a bounded read of everything at once may not fit)."""
+    began = time.perf_counter()
+    try:
+        return run_variant(spark, variant, workload, paths, args, work)
+    except Exception as exc:
+        return {
+            "variant": variant,
+            "workload": workload,
+            "failed": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
+            "seconds": round(time.perf_counter() - began, 2),
+        }
+
+
 def switch_figures(progress: list[dict[str, Any]]) -> dict[str, Any]:
     """The switch batch's duration against the live batches after it (from the progress)."""
     phases = []
@@ -283,7 +300,7 @@ def summarize(runs: list[dict[str, Any]], workloads: list[str]) -> dict[str, Any
     """Medians per workload and variant, and the ratios against the targets."""
     out: dict[str, Any] = {}
     for workload in workloads:
-        mine = [r for r in runs if r["workload"] == workload]
+        mine = [r for r in runs if r["workload"] == workload and "failed" not in r]
         rate = {
             v: median(r["records_per_second"] for r in mine if r["variant"] == v)
             for v in {r["variant"] for r in mine}
@@ -297,7 +314,10 @@ def summarize(runs: list[dict[str, Any]], workloads: list[str]) -> dict[str, Any
         switches = [r["switch_vs_steady"] for r in mine if r.get("switch_vs_steady")]
         if switches:
             figures["switch_vs_steady"] = median(switches)
-        figures["peak_worker_rss_mb"] = max(r["peak_worker_rss_mb"] for r in mine)
+        figures["peak_worker_rss_mb"] = max((r["peak_worker_rss_mb"] for r in mine), default=None)
+        figures["failed"] = [
+            r["variant"] for r in runs if r["workload"] == workload and "failed" in r
+        ]
         figures["met"] = {
             name: (figures[name] >= goal if name == "vs_stream_limited" else figures[name] <= goal)
             for name, goal in TARGETS.items()
@@ -325,9 +345,10 @@ def main(argv: list[str] | None = None) -> None:
                 paths = prepare(work.path, workload, sizes.records, sizes.live)
                 for variant in args.variants:
                     load = [round(x, 2) for x in os.getloadavg()]
-                    run = run_variant(spark, variant, workload, paths, sizes, work.path)
+                    run = measured(spark, variant, workload, paths, sizes, work.path)
                     if round_ >= args.warmup:
                         runs.append(run | {"round": round_, "load_before": load})
+                        print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
     finally:
         spark.stop()
         work.close()
