@@ -24,9 +24,11 @@ What it proves:
 from __future__ import annotations
 
 import json
+import time
 import uuid
 import warnings
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,21 +47,29 @@ from .test_kafka_sink import committed_records
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
-    from kafka import KafkaProducer
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 JOB = "tests.integration.history_kafka_crash_job"
 PARTITIONS = 3
-#: Records per partition in the topic, and the first ones of each in the archive.
-RECORDS, ARCHIVED = 8, 5
+#: Records per partition in the topic.
+RECORDS = 8
+#: The first records of each partition the archive holds (uneven: each partition's live
+#: start differs).
+ARCHIVED = {0: 5, 1: 4, 2: 6}
 WORDS = ["the", "cat", "sat", "on", "mat", "dog"]
 #: The batch that switches: 15 archived records take two backfill batches of at most 8.
-SWITCH = -(-PARTITIONS * ARCHIVED // BACKFILL_PER_BATCH)
+SWITCH = -(-sum(ARCHIVED.values()) // BACKFILL_PER_BATCH)
 #: Batches after the switch's: the live records the switch batch leaves.
-LIVE_AFTER = -(-(PARTITIONS * (RECORDS - ARCHIVED) - LIVE_PER_BATCH) // LIVE_PER_BATCH)
+LIVE = PARTITIONS * RECORDS - sum(ARCHIVED.values())
+LIVE_AFTER = -(-(LIVE - LIVE_PER_BATCH) // LIVE_PER_BATCH)
 
 #: A backfill batch with its keyed state saved; the switch batch with its transaction open; a
 #: live batch after its transaction committed, before its marker.
-CRASHES = ["graph.keyed.saved:1", f"sink.kafka.in_transaction:{SWITCH}", "sink.commit.released:3"]
+CRASHES = [
+    "graph.keyed.saved:1",
+    f"sink.kafka.in_transaction:{SWITCH}",
+    f"sink.commit.released:{SWITCH + 1}",
+]
 
 Records = list[tuple[bytes, bytes, dict[str, bytes]]]
 
@@ -70,52 +80,87 @@ def text(partition: int, offset: int) -> str:
     return " ".join(WORDS[(i * k + partition) % len(WORDS)] for k in (1, 2, 3))
 
 
+@dataclass(frozen=True)
+class Source:
+    """The live topic and the archive of its first records (a table to write to Delta)."""
+
+    topic: str
+    archive: pa.Table
+
+    def largest_archived(self) -> dict[int, int]:
+        """The archive's largest offset per partition."""
+        rows = self.archive.select(["partition", "offset"]).to_pylist()
+        return {p: max(r["offset"] for r in rows if r["partition"] == p) for p in ARCHIVED}
+
+
 @pytest.fixture(scope="module")
-def topic(kafka_broker: KafkaBroker) -> str:
-    """The live topic: :data:`RECORDS` records per partition, each at a known offset."""
+def source(kafka_broker: KafkaBroker) -> Source:
+    """:data:`RECORDS` records per partition, then what an archiver kept of the topic.
+
+    The archiver reads the topic from its beginning and keeps each partition's first
+    :data:`ARCHIVED` records: partition, offset, key, value and timestamp, as Kafka has them.
+    """
     name = f"history-live-{uuid.uuid4().hex}"
     kafka_broker.create_topic(name, partitions=PARTITIONS)
     producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap_servers, acks="all")
     try:
         for offset in range(RECORDS):
             for p in range(PARTITIONS):
-                sent = producer.send(
-                    name, key=f"k{p}".encode(), value=text(p, offset).encode(), partition=p
-                ).get(10)
-                assert sent.offset == offset
+                value = text(p, offset).encode()
+                sent = producer.send(name, key=f"k{p}".encode(), value=value, partition=p)
+                assert sent.get(10).offset == offset
     finally:
         producer.close()
-    return name
+    return Source(name, archived(kafka_broker, name))
 
 
-def archive(s3: SeaweedFS) -> str:
-    """A new Delta table on S3 with the topic's first :data:`ARCHIVED` records per partition.
+def archived(broker: KafkaBroker, topic: str) -> pa.Table:
+    """The first :data:`ARCHIVED` records of each partition, read from the topic."""
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap_servers, enable_auto_commit=False)
+    parts = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    consumer.assign(parts)
+    consumer.seek_to_beginning()
+    kept: list[Any] = []
+    deadline = time.monotonic() + 60
+    try:
+        while any(consumer.position(tp) < ARCHIVED[tp.partition] for tp in parts):
+            assert time.monotonic() < deadline, "the topic's records did not come in 60 s"
+            for batch in consumer.poll(timeout_ms=1000).values():
+                kept += [r for r in batch if r.offset < ARCHIVED[r.partition]]
+    finally:
+        consumer.close()
+    kept.sort(key=lambda r: (r.offset, r.partition))  # as an archiver appends them
+    return pa.table(
+        {
+            "partition": pa.array([r.partition for r in kept], pa.int32()),
+            "offset": pa.array([r.offset for r in kept], pa.int64()),
+            "key": pa.array([r.key for r in kept], pa.binary()),
+            "value": pa.array([r.value for r in kept], pa.binary()),
+            "timestamp": pa.array([r.timestamp for r in kept], pa.int64()),
+        }
+    )
 
-    One write, so one data file: every archive made by this has its rows in the same order.
+
+def write_archive(s3: SeaweedFS, source: Source) -> str:
+    """The archive as a new Delta table on S3; its URL.
+
+    One write, so one data file: every archive written by this has its rows in one order.
     """
     bucket = f"archive-{uuid.uuid4().hex[:12]}"
     s3.create_bucket(bucket)
-    rows = [(p, o) for p in range(PARTITIONS) for o in range(ARCHIVED)]
-    table = pa.table(
-        {
-            "partition": pa.array([p for p, _ in rows], pa.int32()),
-            "offset": pa.array([o for _, o in rows], pa.int64()),
-            "key": pa.array([f"k{p}".encode() for p, _ in rows], pa.binary()),
-            "value": pa.array([text(p, o).encode() for p, o in rows], pa.binary()),
-            "timestamp": pa.array([0] * len(rows), pa.int64()),
-        }
-    )
     url = f"s3://{bucket}/events"
-    write_deltalake(url, table, storage_options=store(s3))
+    write_deltalake(url, source.archive, storage_options=store(s3))
     return url
 
 
-def job_args(broker: KafkaBroker, s3: SeaweedFS, topic: str, work: Path) -> tuple[list[str], str]:
+def job_args(
+    broker: KafkaBroker, s3: SeaweedFS, source: Source, work: Path
+) -> tuple[list[str], str]:
     """A run's arguments (a fresh output topic, archive and checkpoint) and its output topic."""
     target = f"history-out-{uuid.uuid4().hex}"
     broker.create_topic(target, partitions=1)  # one partition: the release order is visible
-    args = [broker.bootstrap_servers, topic, target, str(work / "ck"), archive(s3)]
-    return [*args, json.dumps(store(s3))], target
+    args = [broker.bootstrap_servers, source.topic, target, str(work / "ck")]
+    return [*args, write_archive(s3, source), json.dumps(store(s3))], target
 
 
 def expected_counts() -> Counter[str]:
@@ -126,7 +171,7 @@ def expected_counts() -> Counter[str]:
     return Counter(f"{w}={n}" for w, count in total.items() for n in range(1, count + 1))
 
 
-def check_switch(checkpoint: Path, topic: str) -> None:
+def check_switch(checkpoint: Path, source: Source) -> None:
     """The offset log: two backfill batches, the switch, live batches; the switch's starts.
 
     Each partition starts right after the archive's largest offset; no gap (the archive holds
@@ -137,7 +182,8 @@ def check_switch(checkpoint: Path, topic: str) -> None:
     assert phases == ["backfill"] * SWITCH + ["live"] * (1 + LIVE_AFTER)
     switch: dict[str, Any] = logged[SWITCH]["history"]["switch"]
     assert switch["batch"] == SWITCH
-    assert switch["starts"] == {f"live:{topic}-{p}": ARCHIVED for p in range(PARTITIONS)}
+    after = {f"live:{source.topic}-{p}": o + 1 for p, o in source.largest_archived().items()}
+    assert switch["starts"] == after
     assert (switch["gaps"], switch["gapPositions"]) == ([], 0)
     assert all(o["history"]["switch"] == switch for o in logged[SWITCH:])  # kept, never redone
 
@@ -146,14 +192,14 @@ def check_switch(checkpoint: Path, topic: str) -> None:
 def unbroken(
     kafka_broker: KafkaBroker,
     seaweedfs: SeaweedFS,
-    topic: str,
+    source: Source,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Records:
     """The query run once to its end: what a read_committed consumer sees in its output."""
     work = tmp_path_factory.mktemp("unbroken")
-    args, target = job_args(kafka_broker, seaweedfs, topic, work)
+    args, target = job_args(kafka_broker, seaweedfs, source, work)
     assert run_child(JOB, args) == 0
-    check_switch(work / "ck", topic)
+    check_switch(work / "ck", source)
     records = committed_records(kafka_broker, target)
     assert Counter(v.decode() for _, v, _ in records) == expected_counts()
     return records
@@ -169,11 +215,11 @@ def test_the_crashes_come_in_turn_in_the_backfill_the_switch_and_after_it() -> N
 def test_killed_history_then_live_recovers_to_exactly_the_unbroken_output(
     kafka_broker: KafkaBroker,
     seaweedfs: SeaweedFS,
-    topic: str,
+    source: Source,
     unbroken: Records,
     tmp_path: Path,
 ) -> None:
-    args, target = job_args(kafka_broker, seaweedfs, topic, tmp_path)
+    args, target = job_args(kafka_broker, seaweedfs, source, tmp_path)
     table = args[4]
     fs = seaweedfs.filesystem()
 
@@ -188,4 +234,4 @@ def test_killed_history_then_live_recovers_to_exactly_the_unbroken_output(
 
     run_chain(JOB, args, CRASHES, check)
     assert committed_records(kafka_broker, target) == unbroken
-    check_switch(tmp_path / "ck", topic)
+    check_switch(tmp_path / "ck", source)
