@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -9,6 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 from pyspark.sql import SparkSession
+
+from flamestream.testing.seaweedfs import SeaweedFS
 
 # failed checks in the crash tests' shared helpers show the values compared
 pytest.register_assert_rewrite("tests.crash")
@@ -44,3 +47,22 @@ def spark() -> Iterator[SparkSession]:
     session = local_session()
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def seaweedfs() -> Iterator[SeaweedFS]:
+    """A SeaweedFS S3 endpoint for the session, its address and credentials in the environment.
+
+    One for the whole session, shared by the S3 suite and the integration tests. This
+    process's environment is what :func:`tests.crash.spawn` hands the child jobs: the
+    ``AWS_*`` and ``FSSPEC_S3_*`` variables for flamestream's stores (their JVM and Python
+    runners inherit them; executors get them as ``spark.executorEnv.*`` too) and the Spark
+    settings for ``s3a://``.
+    """
+    from .s3.s3_job import CONF_ENV
+
+    with SeaweedFS() as s3, pytest.MonkeyPatch.context() as patch:
+        for name, value in s3.environment().items():
+            patch.setenv(name, value)
+        patch.setenv(CONF_ENV, json.dumps(s3.spark_conf()))
+        yield s3

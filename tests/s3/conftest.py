@@ -1,16 +1,15 @@
-"""The S3 suite's fixtures: one SeaweedFS for the session, a fresh bucket per test.
+"""The S3 suite's fixtures: a fresh bucket per test on the session's SeaweedFS.
 
 Spark's own checkpoint goes to ``s3a://`` (hadoop-aws) and flamestream's stores to ``s3://``
 (s3fs). The S3A jars must be on the class path when a session's JVM starts, and the test
 session of ``tests/conftest.py`` may have started without them, so every Spark run on S3 is a
-child job (:mod:`tests.s3.s3_job`) that gets them from ``FLAMESTREAM_TEST_SPARK_CONF``.
+child job (:mod:`tests.s3.s3_job`) that gets them from ``FLAMESTREAM_TEST_SPARK_CONF``. The
+``seaweedfs`` fixture itself is in ``tests/conftest.py``: the integration tests use it too.
 """
 
 from __future__ import annotations
 
-import json
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
@@ -18,23 +17,6 @@ from flamestream.testing.seaweedfs import SeaweedFS
 
 from ..crash import run_child
 from .helpers import JOB, BucketRun, make_graph_input, upload
-from .s3_job import CONF_ENV
-
-
-@pytest.fixture(scope="session")
-def seaweedfs() -> Iterator[SeaweedFS]:
-    """A SeaweedFS S3 endpoint for the session, its address and credentials in the environment.
-
-    This process's environment is what :func:`tests.crash.spawn` hands the child jobs: the
-    ``AWS_*`` and ``FSSPEC_S3_*`` variables for flamestream's stores (their JVM and Python
-    runners inherit them; executors get them as ``spark.executorEnv.*`` too) and the Spark
-    settings for ``s3a://``.
-    """
-    with SeaweedFS() as s3, pytest.MonkeyPatch.context() as patch:
-        for name, value in s3.environment().items():
-            patch.setenv(name, value)
-        patch.setenv(CONF_ENV, json.dumps(s3.spark_conf()))
-        yield s3
 
 
 def new_run(s3: SeaweedFS, prefix: str = "test") -> BucketRun:
