@@ -21,7 +21,7 @@ def load(spark: SparkSession, **options: str):
     ("options", "pattern"),
     [
         ({}, r"front: option 'front' = \(missing\).*required"),
-        ({"front": "ftp"}, r"option 'front' = 'ftp'.*one of files, generator"),
+        ({"front": "ftp"}, r"option 'front' = 'ftp'.*one of delta, files, generator, kafka"),
         ({"front": "files"}, r"front files: option 'path' = \(missing\)"),
         (
             {"front": "files", "path": "/nonexistent/flamestream"},
