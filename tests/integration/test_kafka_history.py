@@ -43,6 +43,21 @@ def stamp(partition: int, i: int) -> int:
     return BASE + 1000 * i + partition
 
 
+def archive(folder: Path, sent: dict[int, list[str]], kept: dict[int, Any]) -> None:
+    """An archiver's JSON lines (a.jsonl) of the records `kept`: offsets per partition."""
+    rows = [
+        {"partition": p, "offset": o, "timestamp": stamp(p, o), "value": sent[p][o]}
+        for p, offsets_kept in kept.items()
+        for o in offsets_kept
+    ]
+    write_lines(folder / "a.jsonl", [json.dumps(r) for r in rows])
+
+
+def the_switch(checkpoint: Path) -> dict[str, Any]:
+    """The switch the offset log recorded."""
+    return next(o["history"]["switch"] for o in offsets(checkpoint) if o["history"]["switch"])
+
+
 def hybrid(spark: SparkSession, broker: KafkaBroker, topic: str, **options: Any) -> DataFrame:
     reader = spark.readStream.format("flamestream").option("front", "kafka")
     reader = reader.option("kafka.bootstrap.servers", broker.bootstrap_servers)
@@ -58,12 +73,7 @@ def test_a_position_boundary_starts_each_partition_after_its_archive_and_reports
     sent = produce_timed(kafka_broker, kafka_topic, 6)
     # partition 0: offsets 0-3 archived; 1: 0-4 but 2 lost (a gap); 2: not in the archive
     kept = {0: [0, 1, 2, 3], 1: [0, 1, 3, 4], 2: []}
-    rows = [
-        {"partition": p, "offset": o, "timestamp": stamp(p, o), "value": sent[p][o]}
-        for p, offs in kept.items()
-        for o in offs
-    ]
-    write_lines(tmp_path / "archive" / "a.jsonl", [json.dumps(r) for r in rows])
+    archive(tmp_path / "archive", sent, kept)
     df = hybrid(
         spark,
         kafka_broker,
@@ -83,9 +93,7 @@ def test_a_position_boundary_starts_each_partition_after_its_archive_and_reports
     archived = [r for r in out if r["source"] == "a.jsonl"]
     assert min(r["ts"] for r in live) > max(r["ts"] for r in archived)
     assert {r["partition"] for r in archived} == {0, 1}  # the live columns, from the archive
-    switch = next(
-        o["history"]["switch"] for o in offsets(tmp_path / "ck") if o["history"]["switch"]
-    )
+    switch = the_switch(tmp_path / "ck")
     starts = {k.rsplit("-", 1)[-1]: v for k, v in switch["starts"].items()}
     assert starts == {"0": 4, "1": 5, "2": 0}
     assert switch["gaps"] == [[f"{kafka_topic}-1", 2, 2, "inside"]]
@@ -101,12 +109,8 @@ def test_a_time_boundary_seeks_each_partition_by_time_and_drops_late_records_bel
     late.send(kafka_topic, value=b"late", partition=0, timestamp_ms=stamp(0, 1)).get(10)
     late.close()
     cut = stamp(0, 3)  # partition 0: 0-2 below it; 1 and 2 (+1, +2 ms): also 0-2 below
-    rows = [
-        {"partition": p, "offset": i, "timestamp": stamp(p, i), "value": sent[p][i]}
-        for p in range(PARTITIONS)
-        for i in range(5)  # the archive holds everything; the cut takes 0-2 from it
-    ]
-    write_lines(tmp_path / "archive" / "a.jsonl", [json.dumps(r) for r in rows])
+    # the archive holds everything; the cut takes 0-2 from it
+    archive(tmp_path / "archive", sent, dict.fromkeys(range(PARTITIONS), range(5)))
     df = hybrid(
         spark,
         kafka_broker,
@@ -125,9 +129,7 @@ def test_a_time_boundary_seeks_each_partition_by_time_and_drops_late_records_bel
     live = sorted(v for r, v in zip(out, decoded(out), strict=True) if r["source"] != "a.jsonl")
     assert archived == sorted(sent[p][i] for p in range(PARTITIONS) for i in range(3))
     assert live == sorted(sent[p][i] for p in range(PARTITIONS) for i in (3, 4))  # "late" dropped
-    switch = next(
-        o["history"]["switch"] for o in offsets(tmp_path / "ck") if o["history"]["switch"]
-    )
+    switch = the_switch(tmp_path / "ck")
     assert sorted(switch["starts"].values()) == [3, 3, 3]
 
 
@@ -135,12 +137,7 @@ def test_a_cut_time_in_the_future_of_the_live_source_is_recorded_as_a_warning(
     spark: SparkSession, kafka_broker: KafkaBroker, kafka_topic: str, tmp_path: Path
 ):
     sent = produce_timed(kafka_broker, kafka_topic, 3)
-    rows = [
-        {"partition": p, "offset": i, "timestamp": stamp(p, i), "value": sent[p][i]}
-        for p in range(PARTITIONS)
-        for i in range(3)
-    ]
-    write_lines(tmp_path / "archive" / "a.jsonl", [json.dumps(r) for r in rows])
+    archive(tmp_path / "archive", sent, dict.fromkeys(range(PARTITIONS), range(3)))
     df = hybrid(
         spark,
         kafka_broker,
@@ -157,8 +154,6 @@ def test_a_cut_time_in_the_future_of_the_live_source_is_recorded_as_a_warning(
     out = released(tmp_path / "out")
     assert sorted(decoded(out)) == sorted(v for vs in sent.values() for v in vs)  # all archived
     assert all(r["source"] == "a.jsonl" for r in out)
-    switch = next(
-        o["history"]["switch"] for o in offsets(tmp_path / "ck") if o["history"]["switch"]
-    )
+    switch = the_switch(tmp_path / "ck")
     assert any("future of the live source" in w for w in switch["warnings"])
     assert sorted(switch["starts"].values()) == [3, 3, 3]  # each partition's end

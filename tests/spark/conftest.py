@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
+
+from flamestream.launcher import worker_python
 
 
 def write_lines(path: Path, lines: list[str], *, tail: str = "") -> None:
@@ -50,3 +55,23 @@ def released(out: Path) -> list[dict[str, Any]]:
     for part in sorted(out.glob("part-*.jsonl")):
         rows += [json.loads(line) for line in part.read_text().splitlines()]
     return rows
+
+
+def run_example(module: str, work: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m <module> --work <work>`` as a user would, from the project root.
+
+    Fails the calling test with the job's output unless it exits 0 and prints
+    ``verification: OK``.
+    """
+    done = subprocess.run(
+        [sys.executable, "-m", module, "--work", str(work)],
+        cwd=Path(__file__).resolve().parents[2],
+        env=dict(os.environ, PYSPARK_PYTHON=worker_python()),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-4000:]
+    assert "verification: OK" in done.stdout, done.stdout
+    return done

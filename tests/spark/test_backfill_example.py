@@ -7,32 +7,18 @@ admit every line of the text exactly once although archive and live files overla
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 from flamestream.examples import backfill, stream_files
 from flamestream.examples.wordcount import load_sample
-from flamestream.launcher import worker_python
 
-ROOT = Path(__file__).resolve().parents[2]
+from .conftest import run_example
 
 
 def test_the_backfill_example_switches_once_and_releases_the_reference_output(tmp_path: Path):
-    done = subprocess.run(
-        [sys.executable, "-m", "flamestream.examples.backfill", "--work", str(tmp_path)],
-        cwd=ROOT,
-        env=dict(os.environ, PYSPARK_PYTHON=worker_python()),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-4000:]
-    assert "verification: OK" in done.stdout, done.stdout
+    done = run_example("flamestream.examples.backfill", tmp_path)
     bars = re.findall(r"(backfill|live) \[[# ]+\] +([\d.]+)%", done.stdout)
     assert bars[0][0] == "backfill" and bars[-1] == ("live", "100.0")
     assert re.search(r"switched in batch \d+", done.stdout)

@@ -8,18 +8,14 @@ reference runtime's, checked here again from the output files.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 from flamestream.examples import stream_files
 from flamestream.examples.wordcount import load_sample
-from flamestream.launcher import worker_python
 
-ROOT = Path(__file__).resolve().parents[2]
+from .conftest import run_example
 
 BATCH = re.compile(
     r"batch +(\d+): read +(\d+) lines \( *(\d+) rows to Spark\) \| grouping replayed +(\d+), "
@@ -28,17 +24,7 @@ BATCH = re.compile(
 
 
 def test_the_main_job_replays_late_lines_and_releases_the_reference_output(tmp_path: Path):
-    done = subprocess.run(
-        [sys.executable, "-m", "flamestream.examples.stream_files", "--work", str(tmp_path)],
-        cwd=ROOT,
-        env=dict(os.environ, PYSPARK_PYTHON=worker_python()),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-4000:]
-    assert "verification: OK" in done.stdout, done.stdout
+    done = run_example("flamestream.examples.stream_files", tmp_path)
     batches = [tuple(map(int, found)) for found in BATCH.findall(done.stdout)]
     fronts = stream_files.make_fronts(load_sample().splitlines(), copies=3)
     lines = sum(len(front.records) for front in fronts)
