@@ -1,5 +1,6 @@
 """Logical graphs: inert step definitions, the builder, validation and composite helpers."""
 
+from flamestream.graph.approximate import distinct_count, heavy_hitters, quantiles, sum_estimates
 from flamestream.graph.dataflow import Dataflow, Stream
 from flamestream.graph.logical import Edge, LogicalGraph
 from flamestream.graph.mapreduce import (
@@ -44,8 +45,12 @@ __all__ = [
     "Stream",
     "Template",
     "count",
+    "distinct_count",
+    "heavy_hitters",
     "map_reduce",
     "max_by",
     "min_by",
+    "quantiles",
     "sum_by",
+    "sum_estimates",
 ]

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flamestream.errors import GraphError
+from flamestream.graph.approximate import approximate_fold
 from flamestream.graph.logical import LogicalGraph
 from flamestream.graph.steps import Merge, Sink, Source
 from flamestream.spark.plan.paths import GENERAL_PATH, StagePath, plan_paths
@@ -237,8 +238,19 @@ class ExecutionPlan:
                 f"  release latest: one value per key per batch; map-side pre-combining "
                 f"into: {combined}"
             )
+        lines.extend(self._describe_approximate())
         lines.extend(self._describe_stage(stage) for stage in self.stages)
         return "\n".join(lines)
+
+    def _describe_approximate(self) -> list[str]:
+        """One line per approximate aggregation: its sketch and how approximate it releases."""
+        lines = []
+        for step_id, step in sorted(self.graph.steps.items()):
+            fold = approximate_fold(step)
+            if fold is not None:
+                name = step_id.removesuffix(".reduce")
+                lines.append(f"  approximate {name}: {fold.describe()}")
+        return lines
 
     def _describe_stage(self, stage: Stage) -> str:
         leaving = sorted(
