@@ -28,6 +28,7 @@ from flamestream import Dataflow, map_reduce
 from flamestream.errors import InvariantError, StepError
 from flamestream.graph.mapreduce import Mapped, Reduced
 from flamestream.model import GlobalTime, LocalTime
+from flamestream.runtime.grouping import TOMBSTONE as TOMBSTONE_KEY
 from flamestream.runtime.grouping import GroupingState
 from flamestream.spark.apply import SparkGraph
 from flamestream.spark.exec.declared.fastpath import MapReduceCycle
@@ -132,9 +133,9 @@ def view(state: GroupingState) -> Any:
 
     for entries in state._by_time.values():
         for key, held in entries:
-            if key is not None and held in state._buckets[key].items:  # uses identity (eq=False)
+            if key is not TOMBSTONE_KEY and held in state._buckets[key].items:  # by identity
                 continue
-            assert key is None, "an indexed item is not (the same object) in its bucket"
+            assert key is TOMBSTONE_KEY, "an indexed item is not (the same object) in its bucket"
     # the buckets a summing batch left as columns, made as objects without taking them out;
     # in key order, as the dict's order is not the block's (and no output depends on it)
     buckets = {**state._buckets, **(state.columns.buckets() if state.columns else {})}

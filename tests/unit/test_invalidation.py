@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from flamestream.model import DataItem, GlobalTime, LocalTime, Meta, invalidates
 from flamestream.runtime import GroupingState
 from flamestream.runtime.barrier import BarrierBuffer
+from flamestream.runtime.grouping import TOMBSTONE
 from flamestream.runtime.invalidation import HeldVersions, TraceIndex
 
 from ..examples import examples
@@ -157,14 +158,14 @@ def test_the_grouping_drops_and_removes_what_the_pairwise_definition_does(
         payload = None if tombstone else (n, key)
         x = DataItem(payload, Meta(at, trace), flagged or tombstone, tombstone)
         before = index_of(state)
-        stale, victims = pairwise_receive(before, None if tombstone else key, x)
+        stale, victims = pairwise_receive(before, TOMBSTONE if tombstone else key, x)
         stats = (state.stats.stale, state.stats.invalidated)
         state.receive(x)
         assert state.stats.stale - stats[0] == stale
-        assert state.stats.invalidated - stats[1] == sum(k is not None for k, _ in victims)
+        assert state.stats.invalidated - stats[1] == sum(k is not TOMBSTONE for k, _ in victims)
         if not stale:
             kept = [e for e in before.get(at, []) if e not in victims]
-            assert index_of(state)[at] == [*kept, (None if tombstone else key, x)]
+            assert index_of(state)[at] == [*kept, (TOMBSTONE if tombstone else key, x)]
         for t, entries in index_of(state).items():
             assert state.may_invalidate_at(t) == any(i.may_invalidate for _, i in entries)
 

@@ -44,14 +44,30 @@ def is_hashable(key: Any) -> bool:
     return True
 
 
-#: One global time's index entries, (bucket key or None for a tombstone, item): a plain list
-#: while none may invalidate, a :class:`HeldVersions` (searched by trace) from the first on.
-_Entries = list[tuple[Hashable | None, DataItem]] | HeldVersions[Hashable | None]
+class _Tombstones:
+    """The index's key for a tombstone: no bucket's, since a key function may return None."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "TOMBSTONE"
+
+    def __reduce__(self) -> str:
+        return "TOMBSTONE"  # pickled by name: one object in every process
+
+
+#: Where a tombstone is indexed (before format 3: under None, which is also a valid key).
+TOMBSTONE: Hashable = _Tombstones()
+
+#: One global time's index entries, (bucket key or TOMBSTONE, item): a plain list while none
+#: may invalidate, a :class:`HeldVersions` (searched by trace) from the first on.
+_Entries = list[tuple[Hashable, DataItem]] | HeldVersions[Hashable]
 
 
 #: The index's format in a snapshot: 2 since a time with a may-invalidate entry is pickled as
-#: a :class:`HeldVersions` (snapshots without the number hold lists only).
-_INDEX_FORMAT = 2
+#: a :class:`HeldVersions` (snapshots without the number hold lists only); 3 since tombstones
+#: are indexed under TOMBSTONE rather than None.
+_INDEX_FORMAT = 3
 
 
 def _meta_of(item: DataItem) -> Meta:
@@ -233,8 +249,8 @@ class GroupingState:
             self.stats.stale += 1
             return []
         if item.tombstone:
-            dirty = self._supersede(None, item)
-            out = list(self._replay(dirty, new_key=None, new_item=None))
+            dirty = self._supersede(TOMBSTONE, item)
+            out = list(self._replay(dirty, new_key=TOMBSTONE, new_item=None))
             # Only a removed bucket item can have a tuple ending at it downstream, which the
             # tombstone must reach. A victim not in a bucket was superseded already, or is in
             # flight and will arrive stale. This also stops tombstones going round cycles.
@@ -280,11 +296,11 @@ class GroupingState:
             raise StepError(self.step_id, self._key, item.global_time, None, exc) from exc
         return key, bucket
 
-    def _supersede(self, key: Hashable | None, item: DataItem) -> dict[Hashable, list[Meta]]:
+    def _supersede(self, key: Hashable, item: DataItem) -> dict[Hashable, list[Meta]]:
         """Remove what may-invalidate ``item`` invalidates (index and buckets); index ``item``.
 
         The victims go from the index and from whichever bucket holds them; ``item`` is
-        indexed under ``key`` (None: a tombstone). Returns, per key, the metas removed from
+        indexed under ``key`` (TOMBSTONE: a tombstone). Returns, per key, the metas removed from
         its bucket, in index order. The victims are found through the global time's
         :class:`HeldVersions` (a trie of traces), not by comparing ``item`` with every entry
         of its time.
@@ -298,7 +314,7 @@ class GroupingState:
             entries = self._by_time[time] = HeldVersions(entries)
         dirty: dict[Hashable, list[Meta]] = {}
         for held_key, victim in entries.supersede(key, item):  # type: ignore[union-attr]
-            if held_key is not None:
+            if held_key is not TOMBSTONE:
                 self._remove(held_key, victim)
                 dirty.setdefault(held_key, []).append(victim.meta)
         return dirty
@@ -306,7 +322,7 @@ class GroupingState:
     def _replay(
         self,
         dirty: dict[Hashable, list[Meta]],
-        new_key: Hashable | None,
+        new_key: Hashable,
         new_item: DataItem | None,
     ) -> Iterator[DataItem]:
         """Emit, in bucket order, every tuple whose content changed."""
@@ -347,8 +363,8 @@ class GroupingState:
         self._oversized.add(key)  # let GC delete the bucket if this emptied it
         self.stats.invalidated += 1
 
-    def _remember(self, key: Hashable | None, item: DataItem) -> None:
-        """Index ``item`` under its global time (its bucket's ``key``; None: a tombstone).
+    def _remember(self, key: Hashable, item: DataItem) -> None:
+        """Index ``item`` under its global time (its bucket's ``key``, or TOMBSTONE).
 
         A global time's entries are a plain list while none may invalidate (appending is all
         the in-order case pays), and a :class:`HeldVersions` from the first that may on:
@@ -564,10 +580,14 @@ class GroupingState:
             buckets = _Settled.buckets(state[6], buckets)
         self._buckets = buckets
         self._columns = state[7] if len(state) > 7 else None  # a bulk path's column block
-        if len(state) <= 8:  # the index as lists only: a time with a may-invalidate item is
-            # a HeldVersions now (``may_invalidate_at`` and ``receive`` ask which it is)
+        index_format = state[8] if len(state) > 8 else 1
+        if index_format < 3:  # tombstones under None: TOMBSTONE now (a key may be None)
             for time, entries in self._by_time.items():
-                if any(item.may_invalidate for _, item in entries):
+                self._by_time[time] = [(TOMBSTONE if k is None else k, i) for k, i in entries]
+        if index_format < 3 or len(state) <= 8:  # a time with a may-invalidate item is a
+            # HeldVersions now (``may_invalidate_at`` and ``receive`` ask which it is)
+            for time, entries in self._by_time.items():
+                if entries.__class__ is list and any(item.may_invalidate for _, item in entries):
                     self._by_time[time] = HeldVersions(entries)
 
     # --- moving keys between partitions (the Spark runtime's elastic layout) ---------------
@@ -597,13 +617,13 @@ class GroupingState:
         keyless: list[DataItem] = []
         for entries in self._by_time.values():
             for key, item in entries:
-                if key is None:
+                if key is TOMBSTONE:
                     keyless.append(item)
                 else:
                     part(part_of(key))._remember(key, item)
         for item in keyless:
             for state in parts.values():
-                state._remember(None, item)
+                state._remember(TOMBSTONE, item)
         for state in parts.values():
             state._where = {t: w for t, w in self._where.items() if t in state._by_time}
         for key in self._oversized:
@@ -625,7 +645,7 @@ class GroupingState:
             merged._where.update(state._where)
             for entries in state._by_time.values():
                 for bucket_key, item in entries:
-                    if bucket_key is None:
+                    if bucket_key is TOMBSTONE:
                         mark = (item.meta, item.may_invalidate)
                         if mark in seen:
                             continue
