@@ -202,8 +202,15 @@ class QuantileFold:
         approximate = sketch.is_estimation_mode()
         error = sketch.normalized_rank_error(False) if approximate else 0.0
         values = tuple(sketch.get_quantile(r, True) for r in self.ranks)
-        lower = tuple(sketch.get_quantile(max(0.0, r - error), True) for r in self.ranks)
-        upper = tuple(sketch.get_quantile(min(1.0, r + error), True) for r in self.ranks)
+        # past either end the bound is the least or greatest value seen, which the sketch
+        # keeps exactly (its quantile at rank 1 is only the greatest value it retained)
+        least, greatest = sketch.get_min_value(), sketch.get_max_value()
+        lower = tuple(
+            least if r - error <= 0 else sketch.get_quantile(r - error, True) for r in self.ranks
+        )
+        upper = tuple(
+            greatest if r + error >= 1 else sketch.get_quantile(r + error, True) for r in self.ranks
+        )
         confidence = KLL_CONFIDENCE if approximate else 1.0
         return Quantiles(
             self.ranks,
@@ -247,13 +254,31 @@ class FrequentFold:
         """The frequent items of a key's first item."""
         sketch = datasketches().frequent_strings_sketch(self.lg_max_k)
         sketch.update(self._text(value))
-        return self._hitters(sketch)
+        return self._hitters(sketch, 1)
 
     def reducer(self, before: HeavyHitters, value: Any) -> HeavyHitters:
         """``before`` with one more item."""
         sketch = datasketches().frequent_strings_sketch.deserialize(before.sketch)
+        if sketch.total_weight == 0 and before.total:  # read back empty: see _all_purged
+            sketch = self._all_purged(before.max_error)
         sketch.update(self._text(value))
-        return self._hitters(sketch)
+        return self._hitters(sketch, before.total + 1)
+
+    def _all_purged(self, offset: int) -> Any:
+        """A sketch whose purge took every counter, with ``offset``: what the bytes lost.
+
+        DataSketches serializes a sketch without active items as an empty one, dropping its
+        offset (the maximum error every bound adds) and weight, so bounds read back are too
+        narrow. Distinct items of weight ``offset`` fill the map until a purge, whose
+        median is then ``offset``, takes them all and adds it to the offset. The weight is
+        not the same: the released ``total`` is the fold's own count.
+        """
+        sketch = datasketches().frequent_strings_sketch(self.lg_max_k)
+        filler = 0
+        while offset and (filler == 0 or sketch.num_active_items):
+            sketch.update(f"\x00flamestream-offset-{filler}", offset)
+            filler += 1
+        return sketch
 
     @staticmethod
     def _text(value: Any) -> str:
@@ -265,7 +290,7 @@ class FrequentFold:
             raise TypeError(msg)
         return value
 
-    def _hitters(self, sketch: Any) -> HeavyHitters:
+    def _hitters(self, sketch: Any, total: int) -> HeavyHitters:
         ds = datasketches()
         error_type = (
             ds.frequent_items_error_type.NO_FALSE_NEGATIVES
@@ -284,7 +309,7 @@ class FrequentFold:
             self.guarantee,
             threshold,
             max_error,
-            int(sketch.total_weight),
+            total,
             sketch.serialize(),
         )
 
@@ -299,9 +324,8 @@ class FrequentFold:
 
 def _frequent_max_error(sketch: Any) -> int:
     """The sketch's maximum count error: every item's upper minus lower bound is at most it."""
-    if sketch.is_empty():
-        return 0
-    # DataSketches' offset: 0 until a purge happened; the same for every item
+    # DataSketches' offset: 0 until a purge happened; the same for every item (is_empty() is
+    # no guide: a purge that took every counter leaves it True with the offset kept)
     return int(sketch.get_upper_bound("\x00") - sketch.get_lower_bound("\x00"))
 
 
