@@ -1,8 +1,10 @@
 """What an approximate aggregation releases: an estimate with its error, and its sketch.
 
-Each value here is immutable and is at once the released value and the key's state (the
-accumulator :func:`flamestream.map_reduce` folds into): a grouping may hold an older value
-for a replay, so a fold never changes one in place, it makes the next.
+Each value here is an immutable named tuple and is at once the released value and the key's
+state (the accumulator :func:`flamestream.map_reduce` folds into): a grouping may hold an
+older value for a replay, so a fold never changes one in place, it makes the next. Named
+tuples, not frozen dataclasses: a fold makes one per update, and a frozen dataclass took 4 µs
+to make (more than the sketch's update), a tuple 0.3 µs. Their ``repr`` leaves the sketch out.
 
 Every value says how approximate it is in its own fields (``approximate``, the bounds, the
 confidence or the rank error), so a row that flows on through later steps keeps its error
@@ -13,8 +15,7 @@ functions and the DataSketches libraries read (see ``docs/approximate.md``).
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 #: The confidence of bounds ``num_std_dev`` standard deviations wide (a normal
 #: approximation, as DataSketches' HLL and theta bounds are defined).
@@ -24,8 +25,7 @@ CONFIDENCE = {1: 0.6827, 2: 0.9545, 3: 0.9973}
 KLL_CONFIDENCE = 0.99
 
 
-@dataclass(frozen=True, slots=True)
-class DistinctCount:
+class DistinctCount(NamedTuple):
     """How many distinct values a key has seen: ``estimate`` within ``[lower, upper]``.
 
     ``approximate`` False: the count is exact (the key's values are still held exactly,
@@ -39,23 +39,13 @@ class DistinctCount:
     lower: float
     upper: float
     confidence: float
-    sketch: bytes = field(repr=False)
+    sketch: bytes
     approximate: bool = True
     #: the values themselves while the count is exact (``exact_limit``), else None
-    exact: frozenset[Any] | None = field(default=None, repr=False)
+    exact: frozenset[Any] | None = None
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        # a grouping's snapshot holds one per key: keep pickling to one tuple
-        return DistinctCount, (
-            self.kind,
-            self.estimate,
-            self.lower,
-            self.upper,
-            self.confidence,
-            self.sketch,
-            self.approximate,
-            self.exact,
-        )
+    def __repr__(self) -> str:
+        return _repr(self, ("sketch", "exact"))
 
     def columns(self) -> dict[str, Any]:
         """The released columns (``render_json``): the error beside the estimate."""
@@ -70,8 +60,7 @@ class DistinctCount:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class Quantiles:
+class Quantiles(NamedTuple):
     """Quantiles of a key's values: ``values[i]`` at normalized rank ``ranks[i]``.
 
     The true rank of ``values[i]`` is within ``ranks[i] ± rank_error`` at ``confidence``
@@ -89,21 +78,11 @@ class Quantiles:
     rank_error: float
     confidence: float
     n: int
-    sketch: bytes = field(repr=False)
+    sketch: bytes
     approximate: bool = True
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return Quantiles, (
-            self.ranks,
-            self.values,
-            self.lower,
-            self.upper,
-            self.rank_error,
-            self.confidence,
-            self.n,
-            self.sketch,
-            self.approximate,
-        )
+    def __repr__(self) -> str:
+        return _repr(self, ("sketch",))
 
     def columns(self) -> dict[str, Any]:
         """The released columns (``render_json``)."""
@@ -121,8 +100,7 @@ class Quantiles:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class HeavyHitter:
+class HeavyHitter(NamedTuple):
     """One frequent item: its count is within ``[lower, upper]``, always (no confidence)."""
 
     item: str
@@ -131,8 +109,7 @@ class HeavyHitter:
     upper: int
 
 
-@dataclass(frozen=True, slots=True)
-class HeavyHitters:
+class HeavyHitters(NamedTuple):
     """A key's frequent items, most frequent first, under a named ``guarantee``.
 
     ``no_false_negatives``: every item seen more than ``threshold`` times is listed (some
@@ -147,22 +124,15 @@ class HeavyHitters:
     threshold: int
     max_error: int
     total: int
-    sketch: bytes = field(repr=False)
+    sketch: bytes
 
     @property
     def approximate(self) -> bool:
         """Whether any count may be off (the sketch has dropped some item's counter)."""
         return self.max_error > 0
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return HeavyHitters, (
-            self.items,
-            self.guarantee,
-            self.threshold,
-            self.max_error,
-            self.total,
-            self.sketch,
-        )
+    def __repr__(self) -> str:
+        return _repr(self, ("sketch",))
 
     def columns(self) -> dict[str, Any]:
         """The released columns (``render_json``)."""
@@ -181,8 +151,7 @@ class HeavyHitters:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class EstimateSum:
+class EstimateSum(NamedTuple):
     """A sum of estimates over ``terms`` keys, with the sum of their bounds.
 
     Each term's latest ``(term, estimate, lower, upper, confidence)`` is in ``parts``. The summed
@@ -197,18 +166,10 @@ class EstimateSum:
     confidence: float
     terms: int
     approximate: bool
-    parts: tuple[tuple[Any, float, float, float, float], ...] = field(repr=False)
+    parts: tuple[tuple[Any, float, float, float, float], ...]
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return EstimateSum, (
-            self.estimate,
-            self.lower,
-            self.upper,
-            self.confidence,
-            self.terms,
-            self.approximate,
-            self.parts,
-        )
+    def __repr__(self) -> str:
+        return _repr(self, ("parts",))
 
     def columns(self) -> dict[str, Any]:
         """The released columns (``render_json``)."""
@@ -225,6 +186,12 @@ class EstimateSum:
 
 #: The values an approximate aggregation releases.
 Estimate = DistinctCount | Quantiles | HeavyHitters | EstimateSum
+
+
+def _repr(value: Any, hidden: tuple[str, ...]) -> str:
+    """``Name(field=value, ...)`` without the ``hidden`` fields (a sketch's kilobytes)."""
+    shown = ", ".join(f"{f}={getattr(value, f)!r}" for f in value._fields if f not in hidden)
+    return f"{type(value).__name__}({shown})"
 
 
 def _b64(sketch: bytes) -> str:

@@ -110,7 +110,11 @@ class DistinctFold:
 
     def _hll(self, sketch: bytes | None, value: int | float | str) -> tuple[bytes, Any]:
         ds = datasketches()
-        hll = ds.hll_sketch(self.lg_k) if sketch is None else ds.hll_sketch.deserialize(sketch)
+        hll = (
+            ds.hll_sketch(self.lg_k, ds.tgt_hll_type.HLL_4)
+            if sketch is None
+            else ds.hll_sketch.deserialize(sketch)
+        )
         hll.update(value)
         return hll.serialize_compact(), hll
 
