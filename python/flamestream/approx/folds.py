@@ -124,11 +124,16 @@ class DistinctFold:
         one.update(value)
         if sketch is None:
             compact = one.compact()
-        else:
-            union = ds.theta_union(self.lg_k)
-            union.update(ds.compact_theta_sketch.deserialize(sketch))
-            union.update(one)
-            compact = union.get_result()
+            return compact.serialize(), compact
+        before = ds.compact_theta_sketch.deserialize(sketch)
+        if before.is_estimation_mode() and all(h >= before.theta64 for h in one.compact()):
+            # a hash at or above theta is not kept: the union would be ``before`` again,
+            # at O(2**lg_k) (most updates of a sketch past its exact mode skip it)
+            return sketch, before
+        union = ds.theta_union(self.lg_k)
+        union.update(before)
+        union.update(one)
+        compact = union.get_result()
         return compact.serialize(), compact
 
     def describe(self) -> str:
