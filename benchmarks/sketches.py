@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from benchmarks.lib import cli, keyed_events
@@ -105,7 +106,7 @@ def state_figures(variant: str, run: Any, ck: Any) -> dict[str, Any]:
     }
 
 
-def distinct_errors(variant: str, final: dict[int, tuple[float, ...]], truth: Any) -> Any:
+def distinct_errors(variant: str, final: Mapping[int, tuple[float, ...]], truth: Any) -> Any:
     """Relative errors of the final counts (an error report if an exact one is off)."""
     if final.keys() != truth.distinct.keys():
         return {"error": f"{variant}: {len(final)} keys released, {len(truth.distinct)} expected"}
@@ -116,7 +117,7 @@ def distinct_errors(variant: str, final: dict[int, tuple[float, ...]], truth: An
     return relative("relative_error", errors)
 
 
-def p99_errors(variant: str, final: dict[int, tuple[float, ...]], truth: Any) -> Any:
+def p99_errors(variant: str, final: Mapping[int, tuple[float, ...]], truth: Any) -> Any:
     """Rank errors of the final p99s (an error report if the exact one is off)."""
     if final.keys() != truth.values.keys():
         return {"error": f"{variant}: {len(final)} keys released, {len(truth.values)} expected"}

@@ -34,7 +34,7 @@ def parse(text: str) -> Event:
     return found["key"], found["user"], found["ms"]
 
 
-def _graph(name: str, build: Callable[[Any, Any], Any]) -> Any:
+def graph(name: str, build: Callable[[Any, Any], Any]) -> Any:
     """``source -> parse -> build(flow, events) -> sink``."""
     from flamestream import Dataflow
 
@@ -109,8 +109,8 @@ def flamestream_query(
     events = spark.readStream.format("flamestream").option("front", "files")
     events = events.option("path", str(made.path))
     events = events.option("maxRecordsPerTrigger", made.batch)
-    graph = SparkGraph(_graph("sketches", build), release="latest")
-    writer = graph.write_stream(events, checkpoint_location=str(ck))
+    compiled = SparkGraph(graph("sketches", build), release="latest")
+    writer = compiled.write_stream(events, checkpoint_location=str(ck))
     return files_options(writer, out, fmt="parquet").trigger(availableNow=True)
 
 
