@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -62,7 +63,9 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def one_run(spark: Any, workload: str, variant: str, made: Any, args: Any, work: Any) -> Any:
+def one_run(
+    spark: Any, workload: str, variant: str, made: Any, args: Any, work: Any
+) -> tuple[dict[str, Any], dict[int, tuple[float, ...]]]:
     """One query: its time, state, memory, and per key its final value (before the cleanup)."""
     out, ck = work.fresh(variant)
     define = VARIANTS[workload][variant]
@@ -142,6 +145,27 @@ def relative(name: str, errors: list[float]) -> dict[str, Any]:
     }
 
 
+def measured(
+    spark: Any, workload: str, variant: str, given: tuple[Any, Any], args: Any, work: Any
+) -> dict[str, Any]:
+    """:func:`one_run` and its errors against the truth, or why it failed (the rest go on)."""
+    made, truth = given
+    began = time.perf_counter()
+    try:
+        found, final = one_run(spark, workload, variant, made, args, work)
+    except Exception as exc:
+        failed = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
+        return {
+            "variant": variant,
+            "failed": failed,
+            "seconds": round(time.perf_counter() - began, 3),
+        }
+    check = distinct_errors if workload == "distinct" else p99_errors
+    found |= check(variant, final, truth)
+    rows = found.get("state_rows") or len(final)
+    return found | {"state_bytes_per_key": round(found["state_bytes"] / rows, 1) if rows else None}
+
+
 def rounds(spark: Any, args: Any, work: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Every round's runs (warm-ups left out) and the input's description."""
     inputs = {}  # events -> (files, truth): the warm-ups' and the timed rounds'
@@ -154,13 +178,8 @@ def rounds(spark: Any, args: Any, work: Any) -> tuple[list[dict[str, Any]], dict
         for workload in args.workloads:
             for variant in VARIANTS[workload]:
                 load = load_averages()
-                found, final = one_run(spark, workload, variant, made, args, work)
-                check = distinct_errors if workload == "distinct" else p99_errors
-                found |= check(variant, final, truth)
+                found = measured(spark, workload, variant, (made, truth), args, work)
                 found |= {"workload": workload, "round": round_, "load_before": load}
-                found["state_bytes_per_key"] = round(
-                    found["state_bytes"] / (found.get("state_rows") or len(final)), 1
-                )
                 print(json.dumps(found), file=sys.stderr, flush=True)
                 if round_ >= args.warmup:
                     runs.append(found)
@@ -178,7 +197,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians per variant and the ratios."""
     medians: dict[str, dict[str, float]] = {}
     for variant in {r["variant"] for r in runs}:
-        mine = [r for r in runs if r["variant"] == variant and "error" not in r]
+        mine = [r for r in runs if r["variant"] == variant and not {"error", "failed"} & r.keys()]
         keys = ["events_per_second", "steady_events_per_second", "state_bytes_per_key"]
         keys += ["peak_worker_mb"]
         medians[variant] = {k: median(r[k] for r in mine) for k in keys} if mine else {}
@@ -208,7 +227,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         ),
     }
     met = {k: got >= goal for k, goal in TARGETS.items() if (got := ratios.get(k)) is not None}
-    return {"medians": medians, "ratios": ratios, "targets_met": met}
+    failed = sorted({r["variant"] for r in runs if "failed" in r})
+    return {"medians": medians, "ratios": ratios, "targets_met": met, "failed": failed}
 
 
 def main(argv: list[str] | None = None) -> int:

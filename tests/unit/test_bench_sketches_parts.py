@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import sketches
+from benchmarks.lib import cli
 from benchmarks.lib import keyed_events as ke
 from benchmarks.lib import sketch_variants as sv
 
@@ -118,3 +119,16 @@ def test_the_ratios_divide_medians_and_say_which_targets_are_met() -> None:
         "state_exact_over_sketch": True,
         "throughput_hll_over_spark_approx": False,
     }
+
+
+def test_a_failed_run_is_reported_and_left_out_of_the_medians(tmp_path: Path) -> None:
+    made = ke.write(tmp_path, 100, 3, 100, 100)
+    args = sketches.arguments(["--events", "100", "--work", str(tmp_path)])
+    work = cli.Workdir(tmp_path, "unused")
+    given = made, ke.truth(made, args.quantile_keys)
+    found = sketches.measured(None, "distinct", "flamestream_hll", given, args, work)
+    assert found["variant"] == "flamestream_hll"
+    assert found["failed"].startswith("AttributeError")
+    summary = sketches.summarize([found])
+    assert summary["failed"] == ["flamestream_hll"]
+    assert summary["medians"] == {"flamestream_hll": {}}
