@@ -31,9 +31,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from benchmarks.lib import cli, keyed_events
@@ -234,6 +236,11 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Write the input, run the rounds, print the JSON report."""
     args = arguments(argv)
+    # Spark's Python: the project's launcher beside this interpreter, as `make` sets it
+    launcher = Path(sys.executable).with_name("flamestream-python")
+    for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
+        if launcher.exists():
+            os.environ.setdefault(name, str(launcher))
     record = Record(library=True)
     work = cli.Workdir(args.work, "flamestream-sketches-")
     from benchmarks.lib.session import spark_session
@@ -243,7 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     errors = [r for r in runs if "error" in r]
     report = {
         "benchmark": "sketches",
-        "machine": record.machine(spark="local[2]"),
+        "machine": record.machine(
+            spark="local[2]", spark_python=Path(os.environ.get("PYSPARK_PYTHON", "")).name
+        ),
         "input": inputs | {"batch": args.batch, "users": args.users, "keys": args.keys},
         "rounds": args.rounds,
         "warmup": args.warmup,
