@@ -17,7 +17,7 @@ SHIM_SOURCES := jvm-shim/pom.xml $(wildcard jvm-shim/src/main/java/io/flamestrea
 export PYSPARK_PYTHON := $(abspath $(VENV)/bin/flamestream-python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VENV)/bin/flamestream-python)
 
-.PHONY: help setup run test unit lint format bench bench-spark bench-rescale bench-first bench-compare bench-cycles bench-backfill soak clean wheel constraints
+.PHONY: help setup run test unit lint format bench bench-spark bench-rescale bench-first bench-compare bench-cycles bench-backfill bench-sketches soak clean wheel constraints
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -118,6 +118,14 @@ bench-cycles: setup  ## cycles at scale: components and one global time's fan-ou
 # make bench-backfill BACKFILL_ARGS="--records 10000000 --repeat 2".
 bench-backfill: setup  ## history then live vs streaming the history and vs a bounded read: JSON
 	$(PY) -m benchmarks.backfill $(BACKFILL_ARGS)
+
+# Sketches (issue 41): distinct users per key, flamestream's HLL against the exact set a user
+# writes and against Spark's approx_count_distinct and hll_sketch_agg; p99 per key, KLL against
+# a sorted tuple. Throughput, state per key, peak worker memory, the sketches' errors. Flags:
+# SKETCHES_ARGS, e.g. make bench-sketches SKETCHES_ARGS="--events 20000 --keys 200
+# --quantile-keys 2 --batch 5000 --rounds 1".
+bench-sketches: setup  ## sketches vs exact state and vs Spark's approx_count_distinct / hll_sketch_agg: throughput, state per key, error (JSON)
+	$(PY) -m benchmarks.sketches $(SKETCHES_ARGS)
 
 # Word count against plain PySpark (built-ins, and the split as an Arrow Python UDF), Bytewax
 # 0.21.1, Pathway 0.33.0 and collections.Counter; gaps between a key's events against

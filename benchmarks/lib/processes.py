@@ -115,6 +115,22 @@ def _launched(pid: int, launchers: dict[str, str]) -> str:
     return "warm_child"
 
 
+def application(driver: int, every: dict[int, Proc]) -> tuple[set[int], set[int], set[int]]:
+    """The processes of the application driven by ``driver``: all, its JVMs, its warm servers.
+
+    All: ``driver``'s descendants, and the warm servers serving its JVMs with theirs.
+    """
+    mine = _descendants({driver}, every)
+    jvms = {pid for pid in mine if every[pid].runs(DRIVER_JVM)}
+    jvm_pids = {str(pid).encode() for pid in jvms}
+    servers = {
+        p.pid
+        for p in every.values()
+        if p.runs(WARM) and p.command[-1] in jvm_pids and not _forked(p, every)
+    }
+    return mine | _descendants(servers, every), jvms, servers
+
+
 def roles(driver: int | None = None) -> dict[str, tuple[int, int]]:
     """Per role: (processes, resident bytes together) of the application driven by ``driver``.
 
@@ -125,15 +141,7 @@ def roles(driver: int | None = None) -> dict[str, tuple[int, int]]:
     """
     driver = os.getpid() if driver is None else driver
     every = processes()
-    mine = _descendants({driver}, every)
-    jvms = {pid for pid in mine if every[pid].runs(DRIVER_JVM)}
-    jvm_pids = {str(pid).encode() for pid in jvms}
-    servers = {
-        p.pid
-        for p in every.values()
-        if p.runs(WARM) and p.command[-1] in jvm_pids and not _forked(p, every)
-    }
-    mine |= _descendants(servers, every)
+    mine, jvms, servers = application(driver, every)
     launchers = {
         pipe: every[pid].module() or "?"
         for pid in mine
@@ -185,3 +193,43 @@ def _role(
     if module is not None:
         return short(module)
     return "other:" + os.path.basename(proc.command[0].decode(errors="replace"))
+
+
+class PeakMemory:
+    """While it runs, the peak resident memory of this application's Python workers and JVM.
+
+    Workers: the processes of :func:`application` but this driver's Python and its JVMs
+    (Spark's daemons and the tasks they fork, flamestream's warm servers and their children,
+    a data source's planner): the largest one's peak (``worker_mb``), and the peak of their
+    sum (``workers_mb``; forked processes share pages, so the sum overstates); sampled every
+    ``every`` seconds from another thread. Other applications' processes are not counted.
+    """
+
+    def __init__(self, every: float = 0.5) -> None:
+        import threading
+
+        self.worker_mb = self.workers_mb = self.jvm_mb = 0.0
+        self.every = every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self._sample()
+
+    def _sample(self) -> None:
+        every = processes()
+        mine, jvms, _ = application(os.getpid(), every)
+        workers = [every[p].rss for p in mine - jvms - {os.getpid()} if every[p].command[0]]
+        self.worker_mb = max(self.worker_mb, round(max(workers, default=0) / 2**20, 1))
+        self.workers_mb = max(self.workers_mb, round(sum(workers) / 2**20, 1))
+        self.jvm_mb = max(self.jvm_mb, round(sum(every[p].rss for p in jvms) / 2**20, 1))

@@ -30,6 +30,8 @@ class Run:
     first_batch: float  #: seconds from start() to the first batch's trigger
     durations: dict[str, float] = field(default_factory=dict)  #: durationMs summed, in s
     metrics: dict[str, int] = field(default_factory=dict)  #: observed metrics, summed
+    #: the last batch's ``stateOperators`` (Spark's own stateful operators; plain dicts)
+    state: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def add_batch(self) -> float:
@@ -81,7 +83,18 @@ def run_query(define: Callable[[], Any], timeout: float, *, observed: str | None
         first_batch=first - wall,
         durations=durations,
         metrics=dict(metrics),
+        state=[_plain(op) for op in progress[-1]["stateOperators"]] if progress else [],
     )
+
+
+def _plain(value: Any) -> Any:
+    """A progress entry as dicts, lists and scalars (PySpark gives Row-like objects)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    as_dict = getattr(value, "asDict", None)
+    return _plain(as_dict()) if callable(as_dict) else value
 
 
 @dataclass
