@@ -1,7 +1,7 @@
 """Word count on Spark (files front -> graph -> files sink), run as a child by the crash tests.
 
     python -m tests.spark.graph_crash_job <input dir> <output dir> <checkpoint dir> [elastic]
-        [columns=<the sink's columns option>] [passthrough]
+        [columns=<the sink's columns option>] [passthrough] [sketches]
 
 Trigger.AvailableNow with maxRecordsPerTrigger and clock=logical: the same input always makes
 the same batches and global times, so an interrupted and restarted run must release exactly
@@ -9,24 +9,29 @@ what an unbroken one does. ``elastic``: key ranges move between the two keyed pa
 every imbalance (the state per slot must survive the crashes too). ``columns=…``: the files
 sink's ``columns`` option (default ``all``). ``passthrough``: the empty graph (source straight
 to sink) through ``write_stream``, ``release=tasks``: the fronts send the sink its rows in
-blocks.
+blocks. ``sketches``: approximate aggregations instead of the word count (:func:`sketches`),
+rendered by ``render_json``: the sketches are keyed state, their bytes released.
 """
 
 from __future__ import annotations
 
 import sys
+import zlib
 from operator import add
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from flamestream import Dataflow, map_reduce
+from flamestream import Dataflow, distinct_count, heavy_hitters, map_reduce, quantiles
+from flamestream.approx import render_json
 from flamestream.spark import SparkGraph, apply_graph
 from flamestream.spark.control.key_layout import ElasticPolicy
 
 from ..crash import job_main
 
 RECORDS_PER_BATCH = 4
+#: How many values each letter gives the quantiles (:func:`readings`).
+READINGS = 6
 #: Moves key ranges on any imbalance, even of a few items (the default waits for 200).
 EAGER = ElasticPolicy(skew=1.01, even=1.0, min_items=1, gain=0.99)
 
@@ -36,6 +41,51 @@ def word_count() -> Dataflow:
     words = flow.flat_map("split", flow.source("lines"), str.split)
     counts = map_reduce(flow, "count", words, mapper=lambda w: (w, 1), reducer=add)
     flow.sink("out", flow.map("show", counts, lambda r: f"{r.key}={r.value}"))
+    return flow
+
+
+def letters(line: str) -> list[tuple[str, int, str]]:
+    """``(line, position, letter)`` for each letter of ``line``."""
+    return [(line, i, ch) for i, ch in enumerate(line) if not ch.isspace()]
+
+
+def spot(letter: tuple[str, int, str]) -> str:
+    """Where a letter stands: a value of its own for each letter of the input."""
+    return f"{letter[0]}/{letter[1]}"
+
+
+def vowel(letter: tuple[str, int, str]) -> bool:
+    return letter[2] in "aeiou"
+
+
+def readings(letter: tuple[str, int, str]) -> list[tuple[bool, int]]:
+    """READINGS distinct numbers for a letter, keyed by whether it is a vowel: enough values
+    for a KLL of k=8 to compact dozens of times on this small input. crc32: the same in every
+    process (unlike ``hash`` of a str)."""
+    return [(vowel(letter), zlib.crc32(f"{spot(letter)}/{j}".encode())) for j in range(READINGS)]
+
+
+def sketches() -> Dataflow:
+    """Approximate aggregations of the input's letters, each small enough to leave its exact
+    mode on this input: an HLL and a theta distinct count, KLL quantiles that compact (k=8)
+    and frequent items that purge (8 counters, more letters than that)."""
+    flow = Dataflow("sketches")
+    marks = flow.flat_map("letters", flow.source("lines"), letters)
+    to_hll, to_theta, to_quantiles, to_hot = flow.broadcast("each", marks, 4)
+    hll = distinct_count(flow, "hll", to_hll, key=vowel, value=spot, sketch="hll", lg_k=4)
+    theta = distinct_count(flow, "theta", to_theta, key=vowel, value=spot, sketch="theta", lg_k=5)
+    q = quantiles(
+        flow,
+        "quantiles",
+        flow.flat_map("readings", to_quantiles, readings),
+        ranks=(0.1, 0.5, 0.9),
+        key=lambda r: r[0],
+        value=lambda r: r[1],
+        k=8,
+    )
+    hot = heavy_hitters(flow, "hot", to_hot, key=lambda m: "all", value=lambda m: m[2], lg_max_k=3)
+    for name, estimates in (("hll", hll), ("theta", theta), ("quantiles", q), ("hot", hot)):
+        flow.sink(f"{name}_out", estimates)
     return flow
 
 
@@ -54,8 +104,10 @@ def start(
     elastic: bool = False,
     columns: str = "all",
     empty: bool = False,
+    sketched: bool = False,
 ) -> StreamingQuery:
-    """Start the query on ``spark`` (``empty``: the passthrough's)."""
+    """Start the query on ``spark`` (``empty``: the passthrough's; ``sketched``: the
+    approximate aggregations')."""
     # the reader, not loaded: apply runs the graph's first stage in the front's reads
     reader = (
         spark.readStream.format("flamestream")
@@ -68,10 +120,12 @@ def start(
         writer = SparkGraph(passthrough()).write_stream(reader, checkpoint_location=checkpoint)
         writer = writer.option("sink", "files").option("path", out).option("release", "tasks")
         return writer.option("columns", columns).trigger(availableNow=True).start()
+    rendered = {"render": render_json} if sketched else {}
     return (
         apply_graph(
-            word_count(),
+            sketches() if sketched else word_count(),
             reader,
+            **rendered,
             checkpoint_location=checkpoint,
             partitions=2,
             elastic=EAGER if elastic else False,
@@ -92,4 +146,5 @@ if __name__ == "__main__":
     elastic = "elastic" in rest
     columns = next((a.split("=", 1)[1] for a in rest if a.startswith("columns=")), "all")
     empty = "passthrough" in rest
-    job_main(lambda spark: start(spark, source, out, checkpoint, elastic, columns, empty))
+    sketched = "sketches" in rest
+    job_main(lambda spark: start(spark, source, out, checkpoint, elastic, columns, empty, sketched))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -127,6 +128,57 @@ def test_killed_word_count_writing_value_and_time_releases_the_same_rows(
     args = [*job_args(tmp_path), "columns=value,time"]
     run_chain(JOB, args, ["sink.commit.released:1"], check)
     assert outputs(tmp_path) == expected
+
+
+def estimates(files: dict[str, bytes]) -> list[tuple[str, dict[str, Any]]]:
+    """Every released row's sink and estimate (``render_json``'s object), in release order."""
+    rows = [json.loads(line) for line in b"".join(files.values()).splitlines()]
+    return [(r["sink"], json.loads(r["value"])) for r in rows]
+
+
+@pytest.fixture(scope="module")
+def unbroken_sketches(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, bytes]:
+    """The approximate aggregations' files, never interrupted; each sketch left its exact mode."""
+    work = tmp_path_factory.mktemp("unbroken-sketches")
+    make_input(work / "in")
+    run_unbroken(lambda s: graph_crash_job.start(s, *job_args(work), sketched=True), spark)
+    files = outputs(work)
+    released = estimates(files)
+    lines = [line for f in sorted((work / "in").iterdir()) for line in f.read_text().splitlines()]
+    letters = sum(len(graph_crash_job.letters(line)) for line in lines)
+    per_sink = {sink: [e for s, e in released if s == sink] for sink, _ in released}
+    assert {sink: len(e) for sink, e in per_sink.items()} == {
+        "hll_out": letters,
+        "theta_out": letters,
+        "quantiles_out": letters * graph_crash_job.READINGS,
+        "hot_out": letters,
+    }
+    assert all(e["sketch"] for _, e in released)
+    # KLL compacted (rank error > 0), frequent items purged (counts off), theta sampled
+    assert any(e["approximate"] and e["rank_error"] > 0 for e in per_sink["quantiles_out"])
+    assert any(e["max_error"] > 0 for e in per_sink["hot_out"])
+    assert any(e["lower"] < e["estimate"] < e["upper"] for e in per_sink["theta_out"])
+    assert len(files) >= 2
+    return files
+
+
+SKETCHED = ["graph.keyed.saved:1", "sink.commit.released:2"]
+
+
+def test_killed_sketches_recover_to_exactly_the_unbroken_output(
+    unbroken_sketches: dict[str, bytes], tmp_path: Path
+):
+    """HLL, theta, KLL (compacting) and frequent items (purging) sketches are keyed state:
+    killed after a keyed stage saved them (the batch is folded again, in another process)
+    and after a later release, the restarted query's estimates and sketch bytes are the
+    unbroken run's, byte for byte."""
+    assert reachable_in_turn(SKETCHED)
+    make_input(tmp_path / "in")
+    check = released_so_far_is(unbroken_sketches, lambda: outputs(tmp_path))
+    run_chain(JOB, [*job_args(tmp_path), "sketches"], SKETCHED, check)
+    assert outputs(tmp_path) == unbroken_sketches
 
 
 PASSTHROUGH = ["sink.write:1", "sink.commit.released:2"]
