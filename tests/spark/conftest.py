@@ -1,4 +1,5 @@
-"""Helpers to run flamestream queries in the Spark tests (the session is in tests/conftest.py)."""
+"""Helpers to run flamestream queries in the Spark tests (the session is in tests/conftest.py),
+and the references more than one Spark test module compares with."""
 
 from __future__ import annotations
 
@@ -9,10 +10,22 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from flamestream.launcher import worker_python
+
+
+@pytest.fixture(scope="session")
+def unbroken_sketches(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, bytes]:
+    """The approximate aggregations' released files by name, never interrupted, fixed layout:
+    what the crash test and the rescale test of the same query must release (run once)."""
+    from .test_graph_crash_recovery import sketches_unbroken  # that module owns the input
+
+    return sketches_unbroken(spark, tmp_path_factory.mktemp("unbroken-sketches"))
 
 
 def write_lines(path: Path, lines: list[str], *, tail: str = "") -> None:

@@ -136,12 +136,9 @@ def estimates(files: dict[str, bytes]) -> list[tuple[str, dict[str, Any]]]:
     return [(r["sink"], json.loads(r["value"])) for r in rows]
 
 
-@pytest.fixture(scope="module")
-def unbroken_sketches(
-    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, bytes]:
-    """The approximate aggregations' files, never interrupted; each sketch left its exact mode."""
-    work = tmp_path_factory.mktemp("unbroken-sketches")
+def sketches_unbroken(spark: SparkSession, work: Path) -> dict[str, bytes]:
+    """The approximate aggregations' files, never interrupted, on a fixed layout: each sketch
+    left its exact mode (the ``unbroken_sketches`` fixture, shared with the rescale test)."""
     make_input(work / "in")
     run_unbroken(lambda s: graph_crash_job.start(s, *job_args(work), sketched=True), spark)
     files = outputs(work)
