@@ -55,6 +55,7 @@ def spot(letter: tuple[str, int, str]) -> str:
 
 
 def vowel(letter: tuple[str, int, str]) -> bool:
+    """Whether the letter is a vowel."""
     return letter[2] in "aeiou"
 
 
