@@ -85,14 +85,20 @@ class Quantiles(NamedTuple):
         return _repr(self, ("sketch",))
 
     def columns(self) -> dict[str, Any]:
-        """The released columns (``render_json``)."""
+        """The released columns (``render_json``).
+
+        The bounds are ``values_lower`` / ``values_upper`` here, not ``lower`` / ``upper``
+        as in the other estimates' columns, where they are numbers: so each field name has
+        one type whatever the kind, and one schema reads every released row
+        (``flamestream.spark.estimate_columns``, ``spark.read.json``).
+        """
         return {
             "kind": "kll",
             "approximate": self.approximate,
             "ranks": list(self.ranks),
             "values": list(self.values),
-            "lower": list(self.lower),
-            "upper": list(self.upper),
+            "values_lower": list(self.lower),
+            "values_upper": list(self.upper),
             "rank_error": self.rank_error,
             "confidence": self.confidence,
             "n": self.n,
