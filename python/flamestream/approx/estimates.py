@@ -65,8 +65,10 @@ class Quantiles(NamedTuple):
 
     The true rank of ``values[i]`` is within ``ranks[i] ± rank_error`` at ``confidence``
     (KLL's normalized rank error), so the exact quantile lies in ``[lower[i], upper[i]]``,
-    the sketch's quantiles at ``ranks[i] ∓ rank_error``. Ranks are inclusive, as Spark's
-    ``kll_sketch_get_quantile_double`` reads them; ``n`` is how many values were seen.
+    the sketch's quantiles at ``ranks[i] ∓ rank_error``. Each is what Spark's
+    ``kll_sketch_get_quantile_double`` reads from ``sketch`` at that rank (inclusive, by
+    DataSketches Java's rules: :class:`~flamestream.approx.folds.SortedView`); ``n`` is how
+    many values were seen. Released as ``values_lower`` / ``values_upper`` (``columns()``).
     While ``n`` is at most the sketch's ``k`` the sketch holds every value: the quantiles
     are exact, ``approximate`` is False and ``rank_error`` 0.
     """
