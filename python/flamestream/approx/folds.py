@@ -430,3 +430,10 @@ class SumFold:
             any(p[2] != p[3] or p[4] < 1.0 for p in ordered),
             ordered,
         )
+
+    def describe(self) -> str:
+        """One line for ``describe()``: its bounds are the terms', summed."""
+        return (
+            "sum of the latest estimate of each term, bounds summed, at the least of the "
+            "terms' confidences; no sketch"
+        )
