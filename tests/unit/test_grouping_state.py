@@ -64,6 +64,26 @@ def test_an_invalidating_arrival_replaces_its_older_version():
     assert state.stats.invalidated == 1
 
 
+def test_a_bucket_keyed_none_drops_the_versions_a_replay_replaces():
+    """``key`` returning None (one bucket for everything) is a key like any other: a new
+    version of an item in the None bucket removes its old one (it stayed when the index
+    tagged tombstones None, and the next tuple saw both), and split and merge keep it."""
+    state = GroupingState("g", 2, key=lambda p: None)
+    state.receive(item("x", 1))
+    state.receive(item("old", 2, (1, 0)))
+    state.receive(item("y", 3))
+    out = state.receive(item("new", 2, (2, 0), may_invalidate=True))
+    assert payloads(state.bucket(None)) == ["x", "new", "y"]
+    assert payloads(out) == [("x", "new"), ("new", "y")]
+    assert state.stats.invalidated == 1
+    # split and merged again, its entries stay with its own part, not with every part
+    parts = state.split(lambda key: 0, into=[0, 1])
+    assert parts[1].indexed_times() == 0 and parts[0].indexed_times() == 3
+    merged = GroupingState.merge("g", 2, lambda p: None, list(parts.values()))
+    merged.receive(item("newer", 2, (3, 0), may_invalidate=True))
+    assert payloads(merged.bucket(None)) == ["x", "newer", "y"]
+
+
 def test_a_stale_arrival_is_dropped():
     state = GroupingState("g", 2, key=lambda p: 0)
     state.receive(item("new", 2, (2, 0), may_invalidate=True))

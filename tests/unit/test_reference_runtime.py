@@ -186,3 +186,31 @@ def test_released_traces_are_the_same_whatever_the_delivery_order():
         metas.add(tuple(r.meta for r in shuffled.released()))
     assert len(metas) > 1  # the items' own traces did differ
     assert all(local.logical == 0 for _, trace, _ in oracle.rows() for local in trace)
+
+
+@pytest.mark.parametrize("total_key", [None, "all"])
+def test_a_map_reduce_keyed_none_after_another_folds_every_sibling(total_key):
+    """A second map_reduce keyed by None (one sum over everything, as ``sum_estimates``
+    without a key) sees the first one's siblings replayed through its cycle: each sum holds
+    every word's latest count, as with any other key."""
+    flow = Dataflow("totals")
+    words = flow.flat_map("split", flow.source("text"), str.split)
+    counts = map_reduce(flow, "count", words, mapper=lambda w: (w[0], 1), reducer=int.__add__)
+    totals = map_reduce(
+        flow,
+        "total",
+        counts,
+        mapper=lambda r: (total_key, (r.key, r.value)),
+        reducer=lambda seen, kv: {**seen, kv[0]: kv[1]},
+        initial=lambda kv: {kv[0]: kv[1]},
+    )
+    flow.sink("out", totals)
+    result = run_in_order(flow, {0: [(0, "a1 b1"), (5, "a2 a3 a4"), (9, "b2")]})
+    assert [r.value for r in result.payloads()] == [
+        {"a": 1},
+        {"a": 1, "b": 1},
+        {"a": 2, "b": 1},
+        {"a": 3, "b": 1},
+        {"a": 4, "b": 1},
+        {"a": 4, "b": 2},
+    ]

@@ -65,8 +65,10 @@ class Quantiles(NamedTuple):
 
     The true rank of ``values[i]`` is within ``ranks[i] ± rank_error`` at ``confidence``
     (KLL's normalized rank error), so the exact quantile lies in ``[lower[i], upper[i]]``,
-    the sketch's quantiles at ``ranks[i] ∓ rank_error``. Ranks are inclusive, as Spark's
-    ``kll_sketch_get_quantile_double`` reads them; ``n`` is how many values were seen.
+    the sketch's quantiles at ``ranks[i] ∓ rank_error``. Each is what Spark's
+    ``kll_sketch_get_quantile_double`` reads from ``sketch`` at that rank (inclusive, by
+    DataSketches Java's rules: :class:`~flamestream.approx.folds.SortedView`); ``n`` is how
+    many values were seen. Released as ``values_lower`` / ``values_upper`` (``columns()``).
     While ``n`` is at most the sketch's ``k`` the sketch holds every value: the quantiles
     are exact, ``approximate`` is False and ``rank_error`` 0.
     """
@@ -85,14 +87,20 @@ class Quantiles(NamedTuple):
         return _repr(self, ("sketch",))
 
     def columns(self) -> dict[str, Any]:
-        """The released columns (``render_json``)."""
+        """The released columns (``render_json``).
+
+        The bounds are ``values_lower`` / ``values_upper`` here, not ``lower`` / ``upper``
+        as in the other estimates' columns, where they are numbers: so each field name has
+        one type whatever the kind, and one schema reads every released row
+        (``flamestream.spark.estimate_columns``, ``spark.read.json``).
+        """
         return {
             "kind": "kll",
             "approximate": self.approximate,
             "ranks": list(self.ranks),
             "values": list(self.values),
-            "lower": list(self.lower),
-            "upper": list(self.upper),
+            "values_lower": list(self.lower),
+            "values_upper": list(self.upper),
             "rank_error": self.rank_error,
             "confidence": self.confidence,
             "n": self.n,

@@ -18,8 +18,10 @@ importing the graph builder does not import numpy.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import struct
+from bisect import bisect_left
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -180,6 +182,66 @@ def kll_update(sketch: bytes, value: float) -> Any:
     return outcomes[ordered[digest[0] % len(ordered)]]
 
 
+#: DataSketches Java rounds a natural rank to this many parts of one before its ceiling, for
+#: streams up to this many items (``QuantilesUtil.getNaturalRank``).
+_TAIL_ROUNDING = 10_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class SortedView:
+    """A KLL sketch's items as Spark reads them: DataSketches Java's sorted view (INCLUSIVE).
+
+    Spark's ``kll_sketch_get_quantile_double`` is Java's ``getQuantile(rank)``, which differs
+    from the C++ library's (the ``datasketches`` package) twice: its sorted view puts the
+    stream's min and max back when compaction dropped them (the min with weight 1 first, the
+    max last, the item before it one lighter), and it rounds ``rank * n`` to 1e-7 before the
+    ceiling (``0.55 * 180`` is 99, not 100). Quantiles computed here are what Spark reads
+    from the released sketch, at every rank; the C++ answer was off after a compaction had
+    dropped the max (rank 0.9 of 9 values: 96 where Spark read 99).
+    """
+
+    items: tuple[float, ...]
+    cumulative: tuple[int, ...]
+    n: int
+
+    @classmethod
+    def of(cls, sketch: Any) -> SortedView:
+        """``sketch``'s view: retained items by value, cumulative weights, min and max put in."""
+        pairs = sorted(sketch)  # (item, weight); equal items are adjacent, in any order
+        items = [item for item, _ in pairs]
+        cumulative = list(itertools.accumulate(weight for _, weight in pairs))
+        if items:
+            low, high = sketch.get_min_value(), sketch.get_max_value()
+            if items[-1] != high:  # IncludeMinMax.includeDoublesMinMax
+                total = cumulative[-1]
+                cumulative[-1] = total - 1
+                items.append(high)
+                cumulative.append(total)
+            if items[0] != low:
+                items.insert(0, low)
+                cumulative.insert(0, 1)
+        return cls(tuple(items), tuple(cumulative), sketch.n)
+
+    def quantile(self, rank: float) -> float:
+        """The item at normalized ``rank``, inclusive (NaN for an empty sketch).
+
+        The first whose cumulative weight is at least ``ceil(rank * n)``.
+        """
+        if not self.items:
+            return math.nan
+        natural = rank * self.n
+        if self.n <= _TAIL_ROUNDING:
+            natural = _java_round(natural * _TAIL_ROUNDING) / _TAIL_ROUNDING
+        index = bisect_left(self.cumulative, math.ceil(natural))
+        return self.items[min(index, len(self.items) - 1)]
+
+
+def _java_round(x: float) -> int:
+    """Java's ``Math.round``: the nearest integer, halves up (Python's ``round`` goes to even)."""
+    floor = math.floor(x)
+    return floor + 1 if x - floor >= 0.5 else floor
+
+
 @dataclass(frozen=True, slots=True)
 class QuantileFold:
     """Quantiles per key from a KLL doubles sketch of size ``k`` (rank error ~1.65 / k**0.95)."""
@@ -210,16 +272,12 @@ class QuantileFold:
     def _quantiles(self, sketch: Any) -> Quantiles:
         approximate = sketch.is_estimation_mode()
         error = sketch.normalized_rank_error(False) if approximate else 0.0
-        values = tuple(sketch.get_quantile(r, True) for r in self.ranks)
+        view = SortedView.of(sketch)
+        values = tuple(view.quantile(r) for r in self.ranks)
         # past either end the bound is the least or greatest value seen, which the sketch
-        # keeps exactly (its quantile at rank 1 is only the greatest value it retained)
-        least, greatest = sketch.get_min_value(), sketch.get_max_value()
-        lower = tuple(
-            least if r - error <= 0 else sketch.get_quantile(r - error, True) for r in self.ranks
-        )
-        upper = tuple(
-            greatest if r + error >= 1 else sketch.get_quantile(r + error, True) for r in self.ranks
-        )
+        # keeps exactly: the view's quantiles at ranks 0 and 1 (it puts them back)
+        lower = tuple(view.quantile(max(0.0, r - error)) for r in self.ranks)
+        upper = tuple(view.quantile(min(1.0, r + error)) for r in self.ranks)
         confidence = KLL_CONFIDENCE if approximate else 1.0
         return Quantiles(
             self.ranks,
@@ -371,4 +429,11 @@ class SumFold:
             len(ordered),
             any(p[2] != p[3] or p[4] < 1.0 for p in ordered),
             ordered,
+        )
+
+    def describe(self) -> str:
+        """One line for ``describe()``: its bounds are the terms', summed."""
+        return (
+            "sum of the latest estimate of each term, bounds summed, at the least of the "
+            "terms' confidences; no sketch"
         )

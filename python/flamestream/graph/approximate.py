@@ -112,9 +112,10 @@ def quantiles(
     """Quantiles of ``value(item)`` per ``key(item)``: ``Reduced(key, Quantiles)``.
 
     A KLL doubles sketch of size ``k`` per key (normalized rank error 1.33 % at 99 % for the
-    default 200). Each release holds the quantile at every rank of ``ranks`` (inclusive, as
-    Spark's ``kll_sketch_get_quantile_double``), the values at ``rank ∓ rank_error`` that
-    bound the exact quantile, and the sketch. Exact while a key has at most ``k`` values.
+    default 200). Each release holds the quantile at every rank of ``ranks`` (inclusive, the
+    value Spark's ``kll_sketch_get_quantile_double`` reads from the released sketch), the
+    values at ``rank ∓ rank_error`` that bound the exact quantile, and the sketch. Exact
+    while a key has at most ``k`` values.
 
     >>> from flamestream.testing import run_in_order
     >>> flow = Dataflow("latency")

@@ -6,7 +6,9 @@
 neither does the plan (:mod:`flamestream.spark.plan`): ``SparkGraph`` and ``apply_graph`` are
 imported from :mod:`.apply` on first use, so planning a graph needs no Spark.
 ``watch_backfill(query)`` shows how far a history-then-live query's backfill has got
-(:mod:`.backfill`).
+(:mod:`.backfill`). ``estimate_columns(df)`` parses released approximate rows (rendered by
+``render_json``) into typed columns, the sketch as BINARY for Spark's sketch functions
+(:mod:`.approximate`).
 """
 
 from __future__ import annotations
@@ -15,9 +17,17 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from flamestream.spark.apply import SparkGraph, apply_graph
+    from flamestream.spark.approximate import estimate_columns
     from flamestream.spark.backfill import BackfillStatus, backfill_status, watch_backfill
 
-__all__ = ["BackfillStatus", "SparkGraph", "apply_graph", "backfill_status", "watch_backfill"]
+__all__ = [
+    "BackfillStatus",
+    "SparkGraph",
+    "apply_graph",
+    "backfill_status",
+    "estimate_columns",
+    "watch_backfill",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -25,6 +35,10 @@ def __getattr__(name: str) -> Any:
         from flamestream.spark import backfill
 
         return getattr(backfill, name)
+    if name == "estimate_columns":
+        from flamestream.spark import approximate
+
+        return approximate.estimate_columns
     if name in __all__:
         from flamestream.spark import apply
 
