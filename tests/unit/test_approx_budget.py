@@ -22,6 +22,10 @@ from flamestream.graph.approximate import lowered_step
 from flamestream.graph.mapreduce import Mapped
 from flamestream.model import GlobalTime
 from flamestream.spark.apply import SparkGraph
+from flamestream.spark.connector.options import OptionReader
+from flamestream.spark.control.budgeted import BudgetPolicy
+from flamestream.spark.control.policy import Budgets, Measurement, Setting, plan
+from flamestream.spark.durable.slots import SlotLoads
 from flamestream.spark.exec.general.keyed import KeyedRunner
 from flamestream.testing import run_in_order
 
@@ -129,3 +133,85 @@ def test_schedule_is_per_slot_and_monotone() -> None:
         1, GlobalTime(99, 0)
     )
     assert not SketchSchedule({}, SLOTS)
+
+
+def full_tick(slot_bytes: tuple[int, ...], slot_keys: tuple[int, ...]) -> Measurement:
+    """A tick of 800 rows, 100 per slot, each slot grown by 1,000 bytes."""
+    slots = len(slot_bytes)
+    return Measurement(
+        800, 500.0, (100,) * slots, slot_bytes, (1000,) * slots, cores=2, slot_keys=slot_keys
+    )
+
+
+def sketch_budgets(per_key: int | None, budget: int = 38_000) -> Budgets:
+    return Budgets(
+        target_latency_ms=2000.0,
+        partitions=2,
+        max_state_bytes_per_partition=budget,
+        min_rows=50,
+        sketch_bytes_per_key=per_key,
+    )
+
+
+#: Both partitions nearly full (slots spread nowhere); partition 1's slots and slot 2 hold
+#: many small keys, which sketches would not make smaller.
+FULL = (9_000, 9_000, 9_500, 9_000, 9_000, 9_000, 8_000, 9_000)
+KEYS = (10, 500, 200, 500, 20, 500, 10, 500)
+HALVES = tuple(s % 2 for s in range(8))
+
+
+def test_policy_sketches_the_largest_savings_of_a_full_partition() -> None:
+    budgets = sketch_budgets(100)
+    setting = Setting(10_000, 2, HALVES, growth_per_item=10.0)
+    decided = plan(budgets, setting, [full_tick(FULL, KEYS)] * 4)
+    # savings: slot 0 8,000, slot 4 7,000, slot 6 7,000; slot 2 and partition 1's none
+    assert decided.setting.sketched == (0, 4, 6)
+    assert any(r.startswith("sketch slots 0:8000 4:7000 6:7000") for r in decided.reasons)
+    assert plan(budgets, setting, [full_tick(FULL, KEYS)] * 4) == decided  # pure
+
+
+def test_sketched_partitions_keep_reading_min_rows() -> None:
+    """Capped below min_rows without sketches; with every capped partition sketched, the
+    cap stays at min_rows (sketched keys shrink only as they are read)."""
+    setting = Setting(10_000, 2, HALVES, growth_per_item=10.0)
+    history = [full_tick(FULL, (10,) * 8)] * 4
+    capped = plan(sketch_budgets(None, 36_400), setting, history)
+    assert capped.setting.sketched == () and capped.setting.limit < 50
+    sketched = plan(sketch_budgets(100, 36_400), setting, history)
+    assert set(sketched.setting.sketched) & {0, 2, 4, 6}
+    assert set(sketched.setting.sketched) & {1, 3, 5, 7}
+    assert sketched.setting.limit == 50
+
+
+def test_sketched_slots_only_grow() -> None:
+    budgets = sketch_budgets(100)
+    roomy = (100,) * 8
+    setting = Setting(1000, 2, tuple(s % 2 for s in range(8)), 10.0, sketched=(3, 5))
+    decided = plan(budgets, setting, [full_tick(roomy, (1,) * 8)] * 4)
+    assert decided.setting.sketched == (3, 5)
+    assert not any(r.startswith("sketch") for r in decided.reasons)
+
+
+def test_sketch_option_round_trip() -> None:
+    policy = BudgetPolicy(max_state_bytes_per_partition=1000, sketch_bytes_per_key=300)
+    parsed = BudgetPolicy.parse(OptionReader("control", policy.options(2)))
+    assert parsed is not None and parsed.budgets(2).sketch_bytes_per_key == 300
+    off = BudgetPolicy(max_state_bytes_per_partition=1000, sketch_bytes_per_key=300, sketch=False)
+    assert "sketchBytesPerKey" not in off.options(2)
+    assert off.budgets(2).sketch_bytes_per_key is None
+    graph = SparkGraph(uniques(), budgets=BudgetPolicy(max_state_bytes_per_partition=10**6))
+    assert graph.budgets is not None
+    assert (
+        graph.budgets.sketch_bytes_per_key == ExactOrApproximateFold(lg_k=8, floor=2).sketch_bytes()
+    )
+
+
+def test_slot_sizes_summed_over_groupings(tmp_path) -> None:
+    """Two groupings' tasks hold slot 3: its bytes and keys are theirs together (each task
+    used to overwrite the other's); files of before key counts still read."""
+    store = SlotLoads(str(tmp_path))
+    store.write(7, "a-00000", {3: 10}, {3: (100, 200, 4)})
+    store.write(7, "b-00000", {3: 5}, {3: (50, 70, 2), 1: (0, 9, 1)})
+    store.write(7, "c-00001", {2: 1}, {2: (1, 2)})
+    assert store.read_sizes(7) == {3: (150, 270), 1: (0, 9), 2: (1, 2)}
+    assert store.read_slots(7) == {3: (150, 270, 6), 1: (0, 9, 1), 2: (1, 2, 0)}
