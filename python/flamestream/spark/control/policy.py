@@ -24,7 +24,8 @@ decides the next tick's setting together (:func:`plan`):
    the estimate; a tick that broke either is reported (``surprise`` in the reasons), and the
    half-budget spread keeps headroom for it.
    With ``exact_or_approximate`` steps (``sketch_bytes_per_key``), a partition whose cap
-   would fall below ``min_rows`` (or half the latency limit) first *sketches* key slots
+   would fall below ``min_rows`` (or half the rows the next tick would read) first
+   *sketches* key slots
    (:func:`sketch_slots`): the slots whose keys would hold fewer bytes as sketches, largest
    saving first, until the saving brings it under the high water. A sketched slot's keys turn
    their exact values into a sketch at their next update, so the cap of a partition holding
@@ -417,23 +418,24 @@ def sketch_slots(
     draft: _Draft,
     growth: float,
     bounds: Sequence[float],
-    limit: int,
+    demand: int,
     sketched: Sequence[int],
     slot_keys: Sequence[int],
     in_flight: int = 0,
 ) -> tuple[tuple[int, ...], str]:
     """The slots sketched after this tick (``sketched`` and the new ones), and why.
 
-    A partition whose cap would fall below ``min_rows`` (or half ``limit``, the latency rule's)
-    sketches its slots not sketched yet whose keys would hold fewer bytes as sketches
-    (``bytes - keys x sketch_bytes_per_key`` > 0), largest saving first, until the savings
-    bring it under the high water. Sketching bounds the bytes per key, not the keys: a slot
+    A partition whose cap would fall below ``min_rows`` (or half ``demand``, the rows the next
+    tick would read: the latency rule's limit, at most twice what is waiting) would throttle
+    reading: it sketches its slots not sketched yet whose keys would hold fewer bytes as
+    sketches (``bytes - keys x sketch_bytes_per_key`` > 0), largest saving first, until the
+    savings bring it under the high water. Sketching bounds the bytes per key, not the keys: a slot
     whose keys are small saves nothing and is left exact.
     """
     budget, per_key = budgets.max_state_bytes_per_partition, budgets.sketch_bytes_per_key
     if budget is None or per_key is None or growth <= 0:
         return tuple(sketched), ""
-    floor = max(budgets.min_rows, limit // 2)
+    floor = max(budgets.min_rows, demand // 2)
     chosen = set(sketched)
     said = []
     for p in range(draft.active):
@@ -494,7 +496,7 @@ def plan(
         bounds = burst_bounds(budgets, draft.assignment, draft.active, history)
         keys = [*last.slot_keys[:slots], *[0] * (slots - len(last.slot_keys))]
         sketched, why = sketch_slots(
-            budgets, draft, growth or 0.0, bounds, limit, sketched, keys, in_flight
+            budgets, draft, growth or 0.0, bounds, rows, sketched, keys, in_flight
         )
         reasons += [why] if why else []
         cap, because = memory_cap(draft, budget, growth or 0.0, bounds, in_flight)
