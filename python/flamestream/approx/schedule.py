@@ -53,7 +53,7 @@ class SketchSchedule:
     @classmethod
     def from_records(cls, records: Sequence[Mapping[str, Any]], slots: int) -> SketchSchedule:
         """From the offset log's records (``{"at": [ts, front], "slots": [...]}``)."""
-        return cls.of([(tuple(r["at"]), r["slots"]) for r in records], slots)  # type: ignore[misc]
+        return cls.of([(tuple(r["at"]), r["slots"]) for r in records], slots)
 
     def __bool__(self) -> bool:
         return bool(self.since)
