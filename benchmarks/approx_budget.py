@@ -68,6 +68,7 @@ class WorkerPeak:
 
     def __init__(self) -> None:
         self.peak = 0
+        self.by_role: dict[str, int] = {}  #: each role's own peak
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
@@ -84,8 +85,10 @@ class WorkerPeak:
 
         while not self._stop.is_set():
             found = roles()  # this process's descendants and its JVM's warm servers only
-            workers = sum(rss for role, (_, rss) in found.items() if not role.startswith("driver"))
-            self.peak = max(self.peak, workers)
+            workers = {r: rss for r, (_, rss) in found.items() if not r.startswith("driver")}
+            self.peak = max(self.peak, sum(workers.values()))
+            for role, rss in workers.items():
+                self.by_role[role] = max(self.by_role.get(role, 0), rss)
             self._stop.wait(0.1)
 
 
@@ -151,7 +154,11 @@ def child(variant: str, args: Any) -> dict[str, Any]:
         began = time.time()
         query = start(spark, variant, args, out, ck)
         batches, finished = watch(query, args.rows, began + args.deadline)
-    return figures(batches, finished, out, ck) | {"peak_workers_mib": round(peak.peak / MIB, 1)}
+    roles = {role: round(rss / MIB, 1) for role, rss in sorted(peak.by_role.items())}
+    return figures(batches, finished, out, ck) | {
+        "peak_workers_mib": round(peak.peak / MIB, 1),
+        "peak_by_role_mib": roles,
+    }
 
 
 def figures(batches: list[dict[str, Any]], finished: bool, out: Path, ck: Path) -> dict[str, Any]:
@@ -160,14 +167,17 @@ def figures(batches: list[dict[str, Any]], finished: bool, out: Path, ck: Path) 
 
     from flamestream.spark.control.budgeted import LimitBoard
 
-    durations = sorted(p["durationMs"]["triggerExecution"] for p in batches)
+    def started(p: dict[str, Any]) -> float:
+        return datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
+
+    def took(p: dict[str, Any]) -> float:
+        return float(p["durationMs"]["triggerExecution"]) / 1000
+
     rows = sum(int(p["numInputRows"]) for p in batches)
-    span = 0.0
-    if batches:
-        first = datetime.fromisoformat(batches[0]["timestamp"].replace("Z", "+00:00"))
-        last = datetime.fromisoformat(batches[-1]["timestamp"].replace("Z", "+00:00"))
-        ended = batches[-1]["durationMs"]["triggerExecution"] / 1000
-        span = (last - first).total_seconds() + ended
+    timed = batches[1:]  # the first batch starts the workers: not timed
+    durations = sorted(took(p) * 1000 for p in timed)
+    span = started(timed[-1]) + took(timed[-1]) - started(timed[0]) if timed else 0.0
+    timed_rows = sum(int(p["numInputRows"]) for p in timed)
     released = approximate = 0
     for part in out.glob("part-*"):
         for line in part.read_text().splitlines():
@@ -180,7 +190,7 @@ def figures(batches: list[dict[str, Any]], finished: bool, out: Path, ck: Path) 
         "batches": len(batches),
         "p50_batch_ms": round(percentile(durations, 50), 1) if durations else None,
         "p99_batch_ms": round(percentile(durations, 99), 1) if durations else None,
-        "rows_per_second": round(rows / span, 1) if span > 0 else 0.0,
+        "rows_per_second": round(timed_rows / span, 1) if span > 0 else 0.0,
         "released_rows": released,
         "approximate_share": round(approximate / released, 4) if released else 0.0,
         "peak_partition_state_bytes": max((e["peakPartitionBytes"] for e in board), default=0),
@@ -273,8 +283,10 @@ NOTES = [
     "when the budget would otherwise throttle reading (docs/approximate.md).",
     "peak_workers_mib: the application's Python processes but the driver's (Spark's Python "
     "workers, the data source runners, the warm servers), sampled every 0.1 s.",
-    "p99_batch_ms: Spark's triggerExecution of the batches that read rows; rows_per_second: "
-    "rows read / seconds from the first such batch's start to the last one's end.",
+    "p99_batch_ms: Spark's triggerExecution of the batches that read rows, the first left "
+    "out (it starts the Python workers); rows_per_second: their rows / seconds from the "
+    "second such batch's start to the last one's end. peak_partition_state_bytes: the "
+    "fullest keyed partition after any batch, from the policy's decisions.",
 ]
 
 
