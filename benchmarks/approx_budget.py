@@ -154,15 +154,22 @@ def child(variant: str, args: Any) -> dict[str, Any]:
         began = time.time()
         query = start(spark, variant, args, out, ck)
         batches, finished = watch(query, args.rows, began + args.deadline)
+        stopped = time.time()
     roles = {role: round(rss / MIB, 1) for role, rss in sorted(peak.by_role.items())}
-    return figures(batches, finished, out, ck) | {
+    return figures(batches, None if finished else stopped, out, ck) | {
         "peak_workers_mib": round(peak.peak / MIB, 1),
         "peak_by_role_mib": roles,
     }
 
 
-def figures(batches: list[dict[str, Any]], finished: bool, out: Path, ck: Path) -> dict[str, Any]:
-    """Batch durations, throughput, approximate share and peak state of one run."""
+def figures(
+    batches: list[dict[str, Any]], stopped: float | None, out: Path, ck: Path
+) -> dict[str, Any]:
+    """Batch durations, throughput, approximate share and peak state of one run.
+
+    ``stopped``: when a run that did not read every row was stopped (its throughput counts
+    the time it waited), None for a finished one.
+    """
     from datetime import datetime
 
     from flamestream.spark.control.budgeted import LimitBoard
@@ -176,7 +183,8 @@ def figures(batches: list[dict[str, Any]], finished: bool, out: Path, ck: Path) 
     rows = sum(int(p["numInputRows"]) for p in batches)
     timed = batches[1:]  # the first batch starts the workers: not timed
     durations = sorted(took(p) * 1000 for p in timed)
-    span = started(timed[-1]) + took(timed[-1]) - started(timed[0]) if timed else 0.0
+    end = stopped if stopped is not None else started(timed[-1]) + took(timed[-1]) if timed else 0
+    span = end - started(timed[0]) if timed else 0.0
     timed_rows = sum(int(p["numInputRows"]) for p in timed)
     released = approximate = 0
     for part in out.glob("part-*"):
@@ -185,7 +193,7 @@ def figures(batches: list[dict[str, Any]], finished: bool, out: Path, ck: Path) 
             approximate += "approximate=True" in json.loads(line).get("value", "")
     board = LimitBoard(str(ck / "flamestream-graph")).entries()
     return {
-        "finished": finished,
+        "finished": stopped is None,
         "rows_read": rows,
         "batches": len(batches),
         "p50_batch_ms": round(percentile(durations, 50), 1) if durations else None,
@@ -285,7 +293,8 @@ NOTES = [
     "workers, the data source runners, the warm servers), sampled every 0.1 s.",
     "p99_batch_ms: Spark's triggerExecution of the batches that read rows, the first left "
     "out (it starts the Python workers); rows_per_second: their rows / seconds from the "
-    "second such batch's start to the last one's end. peak_partition_state_bytes: the "
+    "second such batch's start to the last one's end (a run that did not finish: to its "
+    "stop at --deadline, the wait counted). peak_partition_state_bytes: the "
     "fullest keyed partition after any batch, from the policy's decisions.",
 ]
 
