@@ -16,12 +16,14 @@ partitions. Variants:
 
 Each run is a fresh process (a fresh ``local[2]`` session and Python workers), runs
 interleaved (A B C A B C ...) after ``--warmup`` untimed rounds, medians over ``--repeat``.
-Per run: the peak resident memory of the application's Python workers (sampled every 0.1 s,
-the driver's Python and JVM excluded), p50/p99 batch duration (Spark's ``triggerExecution``
-of the batches that read rows), throughput (rows read / seconds from the first batch's start
-to the last one's end), the share of released rows that are approximate, the fullest keyed
-partition's state after any batch (the policy's decisions), the load averages before and
-after. Prints one JSON object with the ratios of the policy to the other two::
+Per run: the peak resident memory of the application's Python workers (the largest one and
+their sum, sampled every 0.1 s, the driver's Python excluded) and of its JVM, p50/p99 batch
+duration (Spark's ``triggerExecution`` of the batches that read rows, the first one, which
+starts the workers, left out), throughput (those batches' rows / seconds from the second
+one's start to the last one's end, or to the stop of a run that did not finish), the share
+of released rows that are approximate, the fullest keyed partition's state after any batch
+(the policy's decisions), the load averages before and after. Prints one JSON object with
+the ratios of the policy to the other two::
 
     python -m benchmarks.approx_budget [--rows N] [--key-chars C] [--value-bytes B]
         [--budget-kb KB] [--partitions P] [--floor F] [--lg-k K] [--deadline S]
@@ -34,17 +36,16 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks.lib import cli
+from benchmarks.lib.processes import PeakMemory
 from benchmarks.lib.record import Record, emit, load_averages
 from benchmarks.lib.stats import median, percentile
 
 VARIANTS = ["exact", "approximate", "policy"]
-MIB = 2**20
 
 
 def graph(variant: str, args: Any) -> Any:
@@ -61,35 +62,6 @@ def graph(variant: str, args: Any) -> Any:
         counted = exact_or_approximate(flow, "seen", up, floor=args.floor, **common)
     flow.sink("out", counted)
     return flow
-
-
-class WorkerPeak:
-    """The peak resident bytes of this application's Python workers, sampled in a thread."""
-
-    def __init__(self) -> None:
-        self.peak = 0
-        self.by_role: dict[str, int] = {}  #: each role's own peak
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def __enter__(self) -> WorkerPeak:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _sample(self) -> None:
-        from benchmarks.lib.processes import roles
-
-        while not self._stop.is_set():
-            found = roles()  # this process's descendants and its JVM's warm servers only
-            workers = {r: rss for r, (_, rss) in found.items() if not r.startswith("driver")}
-            self.peak = max(self.peak, sum(workers.values()))
-            for role, rss in workers.items():
-                self.by_role[role] = max(self.by_role.get(role, 0), rss)
-            self._stop.wait(0.1)
 
 
 def start(spark: Any, variant: str, args: Any, out: Path, ck: Path) -> Any:
@@ -150,15 +122,15 @@ def child(variant: str, args: Any) -> dict[str, Any]:
     from benchmarks.lib.session import spark_session
 
     out, ck = args.work / "out", args.work / "ck"
-    with spark_session(f"flamestream-approx-budget-{variant}") as spark, WorkerPeak() as peak:
+    with spark_session(f"flamestream-approx-budget-{variant}") as spark, PeakMemory(0.1) as peak:
         began = time.time()
         query = start(spark, variant, args, out, ck)
         batches, finished = watch(query, args.rows, began + args.deadline)
         stopped = time.time()
-    roles = {role: round(rss / MIB, 1) for role, rss in sorted(peak.by_role.items())}
     return figures(batches, None if finished else stopped, out, ck) | {
-        "peak_workers_mib": round(peak.peak / MIB, 1),
-        "peak_by_role_mib": roles,
+        "peak_worker_mib": peak.worker_mb,
+        "peak_workers_mib": peak.workers_mb,
+        "peak_jvm_mib": peak.jvm_mb,
     }
 
 
@@ -242,8 +214,8 @@ def passed_on(args: Any) -> list[str]:
 
 def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians over a variant's timed runs."""
-    keys = ("peak_workers_mib", "p99_batch_ms", "rows_per_second", "approximate_share")
-    keys += ("peak_partition_state_bytes", "p50_batch_ms")
+    keys = ("peak_worker_mib", "peak_workers_mib", "peak_jvm_mib", "p99_batch_ms")
+    keys += ("rows_per_second", "approximate_share", "peak_partition_state_bytes", "p50_batch_ms")
     out: dict[str, Any] = {}
     for key in keys:
         values = [r[key] for r in runs if r.get(key) is not None]
@@ -258,7 +230,7 @@ def ratios(medians: dict[str, dict[str, Any]]) -> dict[str, Any]:
     ours = medians.get("policy", {})
     for other in ("exact", "approximate"):
         theirs = medians.get(other, {})
-        for key in ("peak_workers_mib", "p99_batch_ms", "rows_per_second"):
+        for key in ("peak_worker_mib", "peak_workers_mib", "p99_batch_ms", "rows_per_second"):
             a, b = ours.get(f"{key}_median"), theirs.get(f"{key}_median")
             out[f"{key}_policy_vs_{other}"] = round(a / b, 3) if a and b else None
     out["approximate_share_policy"] = ours.get("approximate_share_median")
@@ -289,8 +261,10 @@ NOTES = [
     "approximate: distinct_count(exact_limit=--floor), sketches from the start.",
     "policy: exact_or_approximate, the budget policy sketching key slots between batches "
     "when the budget would otherwise throttle reading (docs/approximate.md).",
-    "peak_workers_mib: the application's Python processes but the driver's (Spark's Python "
-    "workers, the data source runners, the warm servers), sampled every 0.1 s.",
+    "peak_worker_mib / peak_workers_mib: the largest one / the sum of the application's "
+    "Python processes but the driver's (Spark's Python workers, the data source runners, "
+    "the warm servers; forked processes share pages, so the sum overstates), sampled every "
+    "0.1 s (benchmarks.lib.processes.PeakMemory); peak_jvm_mib: the driver's JVM.",
     "p99_batch_ms: Spark's triggerExecution of the batches that read rows, the first left "
     "out (it starts the Python workers); rows_per_second: their rows / seconds from the "
     "second such batch's start to the last one's end (a run that did not finish: to its "
@@ -318,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     cli.flag(made, "--lg-k", 10, "HLL lg_k")
     cli.flag(made, "--min-rows", 1000, "the policy's minRecordsPerTrigger")
     cli.flag(made, "--target-ms", 10_000.0, "the policy's targetLatencyMs")
-    cli.flag(made, "--deadline", 300.0, "seconds from a run's start until it stops")
+    cli.flag(made, "--deadline", 180.0, "seconds from a run's start until it stops")
     cli.flag(made, "--variants", VARIANTS, nargs="+", choices=VARIANTS)
     cli.flag(made, "--child", None, "internal: one run of VARIANT")
     args = cli.parse(made, argv)
