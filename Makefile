@@ -17,7 +17,7 @@ SHIM_SOURCES := jvm-shim/pom.xml $(wildcard jvm-shim/src/main/java/io/flamestrea
 export PYSPARK_PYTHON := $(abspath $(VENV)/bin/flamestream-python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VENV)/bin/flamestream-python)
 
-.PHONY: help setup run test unit lint format bench bench-spark bench-rescale bench-first bench-compare bench-cycles bench-backfill bench-sketches soak clean wheel constraints
+.PHONY: help setup run test unit lint format bench bench-spark bench-rescale bench-first bench-compare bench-cycles bench-backfill bench-sketches bench-approx-budget soak clean wheel constraints
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -126,6 +126,13 @@ bench-backfill: setup  ## history then live vs streaming the history and vs a bo
 # --quantile-keys 2 --batch 5000 --rounds 1".
 bench-sketches: setup  ## sketches vs exact state and vs Spark's approx_count_distinct / hll_sketch_agg: throughput, state per key, error (JSON)
 	$(PY) -m benchmarks.sketches $(SKETCHES_ARGS)
+
+# Exact or approximate under a state budget (#41): exact-only (read limit throttled by the
+# budget), approximate-only (distinct_count) and the policy (exact_or_approximate), each run a
+# fresh process, interleaved, medians. Flags: APPROX_BUDGET_ARGS, e.g.
+# make bench-approx-budget APPROX_BUDGET_ARGS="--rows 50000 --budget-kb 500 --repeat 2".
+bench-approx-budget: setup  ## exact-only vs approximate-only vs the sketching budget policy: memory, p99, throughput, approximate share (JSON)
+	$(PY) -m benchmarks.approx_budget $(APPROX_BUDGET_ARGS)
 
 # Word count against plain PySpark (built-ins, and the split as an Arrow Python UDF), Bytewax
 # 0.21.1, Pathway 0.33.0 and collections.Counter; gaps between a key's events against

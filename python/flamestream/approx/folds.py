@@ -154,6 +154,68 @@ class DistinctFold:
         )
 
 
+#: ``ExactOrApproximateFold``'s exact limit before the policy lowers it: no limit.
+UNLIMITED = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class ExactOrApproximateFold:
+    """A distinct count exact per key until a budget policy lowers the key's slot (issue 41).
+
+    Before: :class:`DistinctFold` with no exact limit (a key keeps its values exactly, and the
+    sketch beside them). Lowered (:meth:`lowered`): the same fold with ``exact_limit=floor``,
+    so at its next update a key with more than ``floor`` values keeps only the sketch and
+    releases ``approximate=True`` with its bounds. Which items fold lowered is not the
+    fold's to know: the runtime picks per item from a schedule recorded in the offset log
+    (:class:`flamestream.approx.schedule.SketchSchedule`).
+    """
+
+    kind: str = "hll"
+    lg_k: int = 12
+    num_std_dev: int = 2
+    floor: int = 64
+
+    @property
+    def exact(self) -> DistinctFold:
+        """The fold before the policy decides: exact, however many values."""
+        return DistinctFold(self.kind, self.lg_k, self.num_std_dev, UNLIMITED)
+
+    def lowered(self) -> DistinctFold:
+        """The fold of a sketched slot's keys: exact up to ``floor`` values only."""
+        return DistinctFold(self.kind, self.lg_k, self.num_std_dev, self.floor)
+
+    def initial(self, value: Any) -> DistinctCount:
+        """The count of a key's first value (exact)."""
+        return self.exact.initial(value)
+
+    def reducer(self, before: DistinctCount, value: Any) -> DistinctCount:
+        """``before`` with one more value, its values kept exactly."""
+        return self.exact.reducer(before, value)
+
+    def sketch_bytes(self) -> int:
+        """A lowered key's most bytes: its sketch at full size, its ``floor`` values, framing.
+
+        What the budget policy weighs a slot's keys at once sketched (a value counted at 16
+        bytes pickled, a str of up to a dozen characters or an int).
+        """
+        if self.kind == "hll":
+            ds = datasketches()
+            most = ds.hll_sketch.get_max_updatable_serialization_bytes(
+                self.lg_k, ds.tgt_hll_type.HLL_4
+            )
+        else:  # a compact theta sketch: at most 2 * 2**lg_k hashes of 8 bytes, a preamble
+            most = 16 * 2**self.lg_k + 24
+        return int(most) + 16 * self.floor + 128
+
+    def describe(self) -> str:
+        """One line for ``describe()``."""
+        return (
+            f"{self.lowered().describe().replace(f'; exact up to {self.floor} values', '')}; "
+            f"exact per key until a budget sketches its slot, then exact up to {self.floor} "
+            "values"
+        )
+
+
 def kll_update(sketch: bytes, value: float) -> Any:
     """``sketch`` (KLL doubles) updated with ``value``, the same in every process.
 

@@ -1,6 +1,12 @@
 """Logical graphs: inert step definitions, the builder, validation and composite helpers."""
 
-from flamestream.graph.approximate import distinct_count, heavy_hitters, quantiles, sum_estimates
+from flamestream.graph.approximate import (
+    distinct_count,
+    exact_or_approximate,
+    heavy_hitters,
+    quantiles,
+    sum_estimates,
+)
 from flamestream.graph.dataflow import Dataflow, Stream
 from flamestream.graph.logical import Edge, LogicalGraph
 from flamestream.graph.mapreduce import (
@@ -46,6 +52,7 @@ __all__ = [
     "Template",
     "count",
     "distinct_count",
+    "exact_or_approximate",
     "heavy_hitters",
     "map_reduce",
     "max_by",

@@ -18,7 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from flamestream.approx.estimates import CONFIDENCE
-from flamestream.approx.folds import GUARANTEES, DistinctFold, FrequentFold, QuantileFold, SumFold
+from flamestream.approx.folds import (
+    GUARANTEES,
+    DistinctFold,
+    ExactOrApproximateFold,
+    FrequentFold,
+    QuantileFold,
+    SumFold,
+)
 from flamestream.errors import GraphError
 from flamestream.graph.dataflow import Dataflow, Stream
 from flamestream.graph.mapreduce import AggregateMapper, Reduced, map_reduce
@@ -96,6 +103,59 @@ def distinct_count(
         example,
     )
     fold = DistinctFold(sketch, lg_k, num_std_dev, exact_limit)
+    return _approximate(flow, step_id, up, fold, key, value)
+
+
+def exact_or_approximate(
+    flow: Dataflow,
+    step_id: str,
+    up: Stream,
+    *,
+    key: Callable[[Any], Any] | None = None,
+    value: Callable[[Any], Any] | None = None,
+    sketch: str = "hll",
+    lg_k: int = 12,
+    num_std_dev: int = 2,
+    floor: int = 64,
+) -> Stream:
+    """A distinct count per key, exact until a state budget needs it approximate.
+
+    Releases ``Reduced(key, DistinctCount)`` like :func:`distinct_count`. Every key keeps its
+    values exactly (``approximate=False``, bounds equal to the count) while its keyed
+    partition's state fits the query's budget. When the Spark runtime's budget policy
+    (``BudgetPolicy(max_state_bytes_per_partition=...)``) would otherwise pass the budget, it
+    sketches key slots between batches: from a global time recorded in the offset log, the
+    keys of those slots with more than ``floor`` values drop their values at their next
+    update and keep the sketch alone, releasing ``approximate=True`` with the sketch's bounds
+    at ``num_std_dev``. A replay or restart makes the same choice; the reference runtime
+    reproduces a recorded one (``run_in_order(..., sketch=...)``). Without a budget (or on
+    the reference runtime without a schedule) every count is exact. See
+    ``docs/approximate.md``.
+
+    >>> from flamestream.testing import run_in_order
+    >>> flow = Dataflow("visitors")
+    >>> seen = exact_or_approximate(flow, "users", flow.source("visits"), key=lambda v: v[0],
+    ...                             value=lambda v: v[1])
+    >>> flow.sink("out", seen)
+    >>> visits = [("home", "ann"), ("home", "bob"), ("home", "ann")]
+    >>> [r.payload.value.estimate for r in run_in_order(flow, visits).released()]
+    [1.0, 2.0, 2.0]
+    """
+    example = (
+        "exact_or_approximate(flow, 'users', visits, key=lambda v: v.page, value=lambda v: v.user)"
+    )
+    _check_functions(step_id, example, key=key, value=value)
+    _check(step_id, sketch in DISTINCT_KINDS, "sketch 'hll' or 'theta'", sketch, example)
+    _check(step_id, lg_k in _LG_K.get(sketch, ()), f"lg_k in {_LG_K.get(sketch)}", lg_k, example)
+    _check(step_id, num_std_dev in CONFIDENCE, "num_std_dev 1, 2 or 3", num_std_dev, example)
+    _check(
+        step_id,
+        isinstance(floor, int) and not isinstance(floor, bool) and floor >= 0,
+        "floor an int >= 0",
+        floor,
+        example,
+    )
+    fold = ExactOrApproximateFold(sketch, lg_k, num_std_dev, floor)
     return _approximate(flow, step_id, up, fold, key, value)
 
 
@@ -240,3 +300,27 @@ def approximate_fold(step: Any) -> Any:
         return None
     owner = getattr(fn.reducer, "__self__", None)
     return owner if hasattr(owner, "describe") else None
+
+
+def budget_fold(step: Any) -> ExactOrApproximateFold | None:
+    """The fold of an ``exact_or_approximate`` ``.reduce`` map step, or None."""
+    fold = approximate_fold(step)
+    return fold if isinstance(fold, ExactOrApproximateFold) else None
+
+
+def lowered_step(step: Any) -> Any:
+    """An ``exact_or_approximate`` ``.reduce`` step folding lowered (None for other steps).
+
+    The same map step with the fold of a sketched slot (``exact_limit=floor``): what a key's
+    items fold with from the time the budget policy sketched its slot.
+    """
+    import dataclasses
+
+    from flamestream.graph.mapreduce import ReduceStep
+
+    fold = budget_fold(step)
+    if fold is None:
+        return None
+    lowered = fold.lowered()
+    reduce = ReduceStep(lowered.initial, lowered.reducer, step.fn.commutative)
+    return dataclasses.replace(step, fn=reduce)

@@ -25,7 +25,7 @@ import random
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from flamestream.errors import FlameStreamError, ScheduleError, StepError
 from flamestream.graph import (
@@ -58,6 +58,9 @@ from flamestream.runtime.barrier import BarrierBuffer
 from flamestream.runtime.batches import as_batch_error, one
 from flamestream.runtime.grouping import GroupingState
 from flamestream.runtime.swaps import Versions, swapped
+
+if TYPE_CHECKING:
+    from flamestream.approx.schedule import SketchSchedule
 
 _STATELESS_LOCAL = LocalTime(0, 0)
 
@@ -307,6 +310,23 @@ class ReferenceRuntime:
         targets = [self.graph.consumer(step_id, p) for p in range(new.outputs)]
         self._handlers[step_id] = versioned_handler(versions, targets, self._call)
         return at
+
+    def sketch(self, schedule: SketchSchedule) -> None:
+        """Fold the ``exact_or_approximate`` steps' items lowered as ``schedule`` says.
+
+        An item of a key whose slot the schedule sketched at or below the item's global time
+        folds with the lowered fold (``exact_limit=floor``): what a Spark query's budget
+        policy recorded (``flamestream.approx.schedule``), to compare with its output.
+        """
+        from flamestream.graph.approximate import lowered_step
+
+        for sid, step in self.graph.steps.items():
+            lowered = lowered_step(step)
+            if lowered is not None:
+                targets = [self.graph.consumer(sid, p) for p in range(step.outputs)]
+                self._handlers[sid] = scheduled_handler(
+                    step, lowered, schedule, targets, self._call
+                )
 
     def frontier(self) -> GlobalTime:
         """A global time above everything admitted so far: ``(the largest next ts, 0)``.
@@ -648,6 +668,30 @@ def versioned_handler(
         return handlers[versions.index_at(item.global_time)](item)
 
     return versioned
+
+
+def scheduled_handler(
+    step: Step,
+    lowered: Step,
+    schedule: SketchSchedule,
+    targets: Sequence[str],
+    call: Callable[..., Any],
+) -> Handler:
+    """An ``exact_or_approximate`` reduce: lowered for the items ``schedule`` says.
+
+    The item's global time and the key of its tuple's mapped item pick (a tombstone passes
+    the same either way).
+    """
+    exact, sketched = (stateless_handler(s, targets, call) for s in (step, lowered))
+
+    def scheduled(item: DataItem) -> list[tuple[str, DataItem]]:
+        payload = item.payload
+        if item.tombstone or not payload:
+            return exact(item)
+        key = payload[-1].key
+        return (sketched if schedule.lowered(item.global_time, key) else exact)(item)
+
+    return scheduled
 
 
 def _pass(item: DataItem, payload: Any) -> DataItem:

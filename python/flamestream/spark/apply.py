@@ -27,7 +27,7 @@ import logging
 import os
 import posixpath
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from flamestream.errors import ConfigError, GraphError
@@ -121,7 +121,7 @@ class SparkGraph:
         elastic = elastic or budgets is not None
         self.swappable = swappable
         self.elastic = ElasticPolicy() if elastic is True else (elastic or None)
-        self.budgets = budgets
+        self.budgets = _with_sketch_bytes(budgets, graph)
         self.plan = plan_execution(
             graph,
             fusion=fusion,
@@ -1013,3 +1013,19 @@ def apply_graph(
         swappable=swappable,
     )
     return graph.apply(df, payload=payload, checkpoint_location=checkpoint_location)
+
+
+def _with_sketch_bytes(budgets: BudgetPolicy | None, graph: LogicalGraph) -> BudgetPolicy | None:
+    """``budgets`` weighing a sketched key as the graph's ``exact_or_approximate`` steps do.
+
+    Their largest sketch (and floor): what the policy counts a sketched slot's keys at. A
+    graph without such steps, or a policy that says, keeps ``budgets`` as it is.
+    """
+    from flamestream.graph.approximate import budget_fold
+
+    if budgets is None or budgets.sketch_bytes_per_key is not None:
+        return budgets
+    folds = [f for f in map(budget_fold, graph.steps.values()) if f is not None]
+    if not folds:
+        return budgets
+    return replace(budgets, sketch_bytes_per_key=max(f.sketch_bytes() for f in folds))

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from flamestream.approx.schedule import SketchSchedule
 from flamestream.errors import ScheduleError
 from flamestream.graph import Dataflow, LogicalGraph
 from flamestream.model import GlobalTime, Trace
@@ -278,6 +279,7 @@ def run_in_order(
     fronts: Mapping[int, str] | None = None,
     record: bool = False,
     swaps: Sequence[tuple[str, Callable[[Any], Any], GlobalTime]] = (),
+    sketch: SketchSchedule | None = None,
 ) -> RunResult:
     """The in-order oracle: admit every item in global-time order, each run to quiescence.
 
@@ -286,7 +288,10 @@ def run_in_order(
     each front reports its next ts (or closes when it has no more), so sinks release as they
     would in a live run. ``swaps``: ``(step, fn, at)`` function swaps, in force from the start
     (each for the items at or above its ``at``, see :meth:`ReferenceRuntime.swap`), e.g. the
-    swaps a Spark query recorded, to compare with its output.
+    swaps a Spark query recorded, to compare with its output. ``sketch``: the slots a Spark
+    query's budget policy sketched and from when (``SketchSchedule``, read from its offset
+    log with ``flamestream.spark.control.approx.recorded_schedule``): its
+    ``exact_or_approximate`` steps fold those keys' items lowered, as the query did.
     """
     per_front: dict[int, deque[tuple[int, Any]]] = (
         {int(f): deque(items) for f, items in inputs.items()}
@@ -300,6 +305,8 @@ def run_in_order(
     )
     for step, fn, at in swaps:
         runtime.swap(step, fn, at)
+    if sketch is not None:
+        runtime.sketch(sketch)
     while any(per_front.values()):
         _, front = min((queue[0][0], f) for f, queue in per_front.items() if queue)
         ts, payload = per_front[front].popleft()

@@ -68,7 +68,11 @@ class BudgetPolicy:
     moved per tick at most; ``cores``: the cores keyed tasks run on (None: Spark's default
     parallelism when the query starts); ``burst_share``: the declared burst bound, a keyed
     partition receives at most this times its observed share of a tick's rows (the memory
-    budget is guaranteed while the input keeps to it; ``math.inf``: any share).
+    budget is guaranteed while the input keeps to it; ``math.inf``: any share); ``sketch``:
+    with ``exact_or_approximate`` steps in the graph, the policy may sketch their keys' slots
+    rather than stop reading when the state budget would be passed (False: never sketch);
+    ``sketch_bytes_per_key``: what such a key weighs sketched (set by the runtime from the
+    graph's steps).
     """
 
     target_latency_ms: float = 5000.0
@@ -78,6 +82,8 @@ class BudgetPolicy:
     max_moves: int = 4
     cores: int | None = None
     burst_share: float = 2.0
+    sketch: bool = True
+    sketch_bytes_per_key: int | None = None
 
     def options(self, cores: int) -> dict[str, str]:
         """As control channel options."""
@@ -93,6 +99,8 @@ class BudgetPolicy:
             found["maxStateBytesPerPartition"] = str(self.max_state_bytes_per_partition)
         if self.max_rows is not None:
             found["maxRecordsPerTrigger"] = str(self.max_rows)
+        if self.sketch and self.sketch_bytes_per_key is not None:
+            found["sketchBytesPerKey"] = str(self.sketch_bytes_per_key)
         return found
 
     def initial_limit(self) -> int:
@@ -109,6 +117,7 @@ class BudgetPolicy:
             max_rows=self.max_rows,
             max_moves=self.max_moves,
             burst_share=self.burst_share,
+            sketch_bytes_per_key=self.sketch_bytes_per_key if self.sketch else None,
         )
 
     @classmethod
@@ -126,6 +135,7 @@ class BudgetPolicy:
             max_moves=options.integer("maxMoves", 4, minimum=1),
             cores=options.integer("cores", 1, minimum=1),
             burst_share=options.number("burstShare", 2.0, minimum=1.0),
+            sketch_bytes_per_key=options.optional_integer("sketchBytesPerKey", minimum=1),
         )
 
 
@@ -180,7 +190,7 @@ def measure(checkpoint: QueryCheckpoint, batch: int, cores: int, slots: int) -> 
     loads = store.read(batch)
     if loads is None:
         return None
-    sizes = store.read_sizes(batch)
+    sizes = store.read_slots(batch)
     rows = sum(
         int(offset[RECORD]["rows"])
         for offset in checkpoint.offsets_where(batch, lambda o: RECORD in o)
@@ -189,9 +199,12 @@ def measure(checkpoint: QueryCheckpoint, batch: int, cores: int, slots: int) -> 
         rows=rows,
         duration_ms=batch_duration_ms(checkpoint, batch),
         slot_items=tuple(loads.get(s, 0) for s in range(slots)),
-        slot_bytes=tuple(sizes.get(s, (0, 0))[1] for s in range(slots)),
-        slot_growth=tuple(sizes.get(s, (0, 0))[1] - sizes.get(s, (0, 0))[0] for s in range(slots)),
+        slot_bytes=tuple(sizes.get(s, (0, 0, 0))[1] for s in range(slots)),
+        slot_growth=tuple(
+            sizes.get(s, (0, 0, 0))[1] - sizes.get(s, (0, 0, 0))[0] for s in range(slots)
+        ),
         cores=cores,
+        slot_keys=tuple(sizes.get(s, (0, 0, 0))[2] for s in range(slots)),
     )
 
 
@@ -221,13 +234,18 @@ class BudgetController:
         batch: int,
         assignment: Sequence[int],
         active: int | None = None,
+        sketched: Sequence[int] = (),
     ) -> Plan | None:
-        """After committed ``batch``: the next setting (None if the batch says nothing)."""
+        """After committed ``batch``: the next setting (None if the batch says nothing).
+
+        ``sketched``: the slots sketched so far, as the control offset records them.
+        """
         measured = measure(checkpoint, batch, self.policy.cores or 1, len(assignment))
         if measured is None:
             return None
         budgets = self.policy.budgets(self.partitions)
         setting = self._resume(checkpoint, budgets, assignment, active)
+        setting = replace(setting, sketched=tuple(sketched))
         self.history = (*self.history, measured)[-HISTORY:]
         # the front may plan the next batch before this decision, with the previous limit:
         # those rows are in flight (the layout, in this channel's offset, applies at once)
@@ -261,6 +279,7 @@ class BudgetController:
                 "rows": measured.rows,
                 "durationMs": round(measured.duration_ms, 1),
                 "peakPartitionBytes": peak_partition_bytes(measured, assignment),
+                "sketched": list(decided.setting.sketched),
                 "reasons": list(decided.reasons),
             },
         )

@@ -17,6 +17,8 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
 from flamestream.spark.connector.faults import crash_point
+from flamestream.spark.control.approx import record as record_sketch
+from flamestream.spark.control.approx import sketched_slots
 from flamestream.spark.control.budgeted import BudgetController, BudgetPolicy
 from flamestream.spark.control.cluster import ClusterFollower
 from flamestream.spark.control.key_layout import (
@@ -361,13 +363,23 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return state, "", None
         self._judged = last
         decided = self.budget.decide(
-            QueryCheckpoint(self.checkpoint), last, state["assignment"], int(state["active"])
+            QueryCheckpoint(self.checkpoint),
+            last,
+            state["assignment"],
+            int(state["active"]),
+            sketched_slots(state),
         )
         SlotLoads(self.state_url).forget_before(last)
-        if decided is None or not decided.moves:
+        if decided is None:
             return state, "", None
+        # sketch decisions are recorded even without moves, from a global time (issue 41)
+        sketched = record_sketch(self.checkpoint, state, decided.setting.sketched)
+        if not decided.moves:
+            if sketched is state:
+                return state, "", None
+            return sketched, f"after batch {last}: " + "; ".join(decided.reasons), None
         new = {
-            **state,
+            **sketched,
             "assignment": list(decided.setting.assignment),
             "active": decided.setting.active,
         }

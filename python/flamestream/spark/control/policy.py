@@ -23,6 +23,13 @@ decides the next tick's setting together (:func:`plan`):
    partition receives more than its bound of a tick and no item grows the state by more than
    the estimate; a tick that broke either is reported (``surprise`` in the reasons), and the
    half-budget spread keeps headroom for it.
+   With ``exact_or_approximate`` steps (``sketch_bytes_per_key``), a partition whose cap
+   would fall below ``min_rows`` (or half the rows the next tick would read) first
+   *sketches* key slots
+   (:func:`sketch_slots`): the slots whose keys would hold fewer bytes as sketches, largest
+   saving first, until the saving brings it under the high water. A sketched slot's keys turn
+   their exact values into a sketch at their next update, so the cap of a partition holding
+   sketched slots stays at least ``min_rows`` (its state shrinks only as keys are read).
 3. **Balance.** When one partition carries more than ``SKEW`` x the mean items, its slots
    move to the least loaded partitions while that cuts the hottest one's load.
 
@@ -65,6 +72,9 @@ class Budgets:
       most this times its observed share of a tick's rows (capped at 1). The memory budget
       is guaranteed while the input keeps to it; ``inf`` bounds nothing (every row of a
       tick may land in one partition, the most cautious).
+    * ``sketch_bytes_per_key`` (``sketchBytesPerKey``): the graph has
+      ``exact_or_approximate`` steps and a key of theirs holds at most this many bytes once
+      its slot is sketched; None: no slot is ever sketched.
     """
 
     target_latency_ms: float = 5000.0
@@ -76,6 +86,7 @@ class Budgets:
     max_moves: int = 4
     high_water: float = 0.5
     burst_share: float = 2.0
+    sketch_bytes_per_key: int | None = None
 
     def admission(self) -> Budget:
         """The latency part, as the admission controller's budget."""
@@ -93,7 +104,8 @@ class Measurement:
 
     ``slot_items``: items each slot received; ``slot_bytes``: each slot's state bytes after
     the tick; ``slot_growth``: each slot's bytes after minus before the tick (as the keyed
-    task saw them when it restored and saved the slot).
+    task saw them when it restored and saved the slot); ``slot_keys``: each slot's keys after
+    the tick (summed over the groupings).
     """
 
     rows: int
@@ -103,6 +115,7 @@ class Measurement:
     slot_growth: tuple[int, ...] = ()
     backlog: int = 0
     cores: int = 1
+    slot_keys: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -121,6 +134,7 @@ class Setting:
 
     ``growth_per_item``: the state growth per item the last decision used (None: not
     measured yet); the next decision falls back on it when the recent ticks received nothing.
+    ``sketched``: the slots whose ``exact_or_approximate`` keys are sketched (only grows).
     """
 
     limit: int
@@ -128,6 +142,7 @@ class Setting:
     assignment: tuple[int, ...]
     growth_per_item: float | None = None
     tick: int = 0
+    sketched: tuple[int, ...] = ()
 
     @classmethod
     def initial(cls, budgets: Budgets, cores: int) -> Setting:
@@ -364,17 +379,9 @@ def memory_cap(
         return None, ""
     best: tuple[int, int, int] | None = None  # (cap, partition, room)
     for p in range(draft.active):
-        per_row = growth * (bounds[p] if p < len(bounds) else 1.0)
-        if per_row <= 0:
-            continue
-        free = budget - draft.bytes_of(p)
-        room = free - math.ceil(in_flight * per_row)
-        cap = max(0, math.floor(room / per_row))
-        if in_flight:  # the next tick is in flight too: share the room with it (no 2-cycle
-            # of a large limit leaving a small room, then the converse)
-            cap = min(cap, max(0, math.floor(free / (2 * per_row))))
-        if best is None or cap < best[0]:
-            best = (cap, p, room)
+        found = partition_cap(draft, p, budget, growth, bounds, in_flight)
+        if found is not None and (best is None or found[0] < best[0]):
+            best = (found[0], p, found[1])
     if best is None:
         return None, ""
     cap, p, room = best
@@ -383,6 +390,72 @@ def memory_cap(
         f"partition {p}: {room} bytes of room / ({growth:.1f} per item x burst bound "
         f"{share:.2f}) = {cap} rows"
     )
+
+
+def partition_cap(
+    draft: _Draft,
+    p: int,
+    budget: int,
+    growth: float,
+    bounds: Sequence[float],
+    in_flight: int = 0,
+) -> tuple[int, int] | None:
+    """Partition ``p``'s (cap, room): :func:`memory_cap`'s rule for one partition."""
+    per_row = growth * (bounds[p] if p < len(bounds) else 1.0)
+    if per_row <= 0:
+        return None
+    free = budget - draft.bytes_of(p)
+    room = free - math.ceil(in_flight * per_row)
+    cap = max(0, math.floor(room / per_row))
+    if in_flight:  # the next tick is in flight too: share the room with it (no 2-cycle
+        # of a large limit leaving a small room, then the converse)
+        cap = min(cap, max(0, math.floor(free / (2 * per_row))))
+    return cap, room
+
+
+def sketch_slots(
+    budgets: Budgets,
+    draft: _Draft,
+    growth: float,
+    bounds: Sequence[float],
+    demand: int,
+    sketched: Sequence[int],
+    slot_keys: Sequence[int],
+    in_flight: int = 0,
+) -> tuple[tuple[int, ...], str]:
+    """The slots sketched after this tick (``sketched`` and the new ones), and why.
+
+    A partition whose cap would fall below ``min_rows`` (or half ``demand``, the rows the next
+    tick would read: the latency rule's limit, at most twice what is waiting) would throttle
+    reading: it sketches its slots not sketched yet whose keys would hold fewer bytes as
+    sketches (``bytes - keys x sketch_bytes_per_key`` > 0), largest saving first, until the
+    savings bring it under the high water. Sketching bounds the bytes per key, not the keys: a slot
+    whose keys are small saves nothing and is left exact.
+    """
+    budget, per_key = budgets.max_state_bytes_per_partition, budgets.sketch_bytes_per_key
+    if budget is None or per_key is None or growth <= 0:
+        return tuple(sketched), ""
+    floor = max(budgets.min_rows, demand // 2)
+    chosen = set(sketched)
+    said = []
+    for p in range(draft.active):
+        found = partition_cap(draft, p, budget, growth, bounds, in_flight)
+        if found is None or found[0] >= floor:
+            continue
+        saving = {
+            s: draft.slot_bytes[s] - (slot_keys[s] if s < len(slot_keys) else 0) * per_key
+            for s in draft.slots_of(p)
+            if s not in chosen
+        }
+        over = draft.bytes_of(p) - draft.high
+        for s in sorted((s for s in saving if saving[s] > 0), key=lambda s: (-saving[s], s)):
+            if over <= 0:
+                break
+            chosen.add(s)
+            over -= saving[s]
+            said.append(f"{s}:{saving[s]}")
+    why = f"sketch slots {' '.join(said)} (slot:bytes saved)" if said else ""
+    return tuple(sorted(chosen)), why
 
 
 def plan(
@@ -418,16 +491,48 @@ def plan(
         steps.append(_spread(draft, rows * (growth or 0.0), budgets.max_moves))
     steps.append(_balance(draft, budgets.max_moves))
     reasons += [f"active: {why}"] + [s for s in steps if s]
+    sketched = setting.sketched
     if budget is not None:
         bounds = burst_bounds(budgets, draft.assignment, draft.active, history)
+        keys = [*last.slot_keys[:slots], *[0] * (slots - len(last.slot_keys))]
+        sketched, why = sketch_slots(
+            budgets, draft, growth or 0.0, bounds, rows, sketched, keys, in_flight
+        )
+        reasons += [why] if why else []
         cap, because = memory_cap(draft, budget, growth or 0.0, bounds, in_flight)
         if growth is None:  # no growth measured yet: read the least until it is
             cap, because = budgets.min_rows, "growth per item not measured yet"
+        elif (
+            cap is not None
+            and cap < budgets.min_rows
+            and _all_sketched(budgets, draft, growth, bounds, sketched, in_flight)
+        ):
+            # sketched keys shrink only as they are updated: keep reading them
+            cap, because = budgets.min_rows, f"{because}; sketched slots: minRows still read"
         if cap is not None and cap < limit:
             limit = cap
             reasons.append(f"memory: {because}")
-    new = Setting(limit, draft.active, tuple(draft.assignment), growth, setting.tick + 1)
+    new = Setting(limit, draft.active, tuple(draft.assignment), growth, setting.tick + 1, sketched)
     return Plan(new, tuple(draft.moves), tuple(reasons))
+
+
+def _all_sketched(
+    budgets: Budgets,
+    draft: _Draft,
+    growth: float,
+    bounds: Sequence[float],
+    sketched: Sequence[int],
+    in_flight: int,
+) -> bool:
+    """Whether every partition capped below ``min_rows`` holds sketched slots."""
+    budget = budgets.max_state_bytes_per_partition
+    assert budget is not None  # noqa: S101
+    for p in range(draft.active):
+        found = partition_cap(draft, p, budget, growth, bounds, in_flight)
+        capped = found is not None and found[0] < budgets.min_rows
+        if capped and not set(draft.slots_of(p)) & set(sketched):
+            return False
+    return True
 
 
 def _near(budgets: Budgets, setting: Setting, slot_bytes: Sequence[int]) -> list[list[int]]:

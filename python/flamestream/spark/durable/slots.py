@@ -1,7 +1,8 @@
 """Items and state bytes per key slot per batch, written by the keyed tasks.
 
 Layout: ``<graph>/slots/<batch>/<task>.json`` (items per slot) and, next to it,
-``<task>.bytes`` (each slot's snapshot bytes before and after the batch) (:class:`SlotLoads`).
+``<task>.bytes`` (each slot's snapshot bytes before and after the batch, and its keys after
+it) (:class:`SlotLoads`).
 The sizes cost nothing to measure: the task holds each snapshot when it restores and saves it.
 The slots' newest snapshot sizes can also be listed from the groupings' slot stores
 (:func:`slot_bytes`, one listing: what a migration step bounds its bytes by).
@@ -33,9 +34,9 @@ class SlotLoads:
         batch_id: int,
         task: str,
         loads: Mapping[int, int],
-        sizes: Mapping[int, tuple[int, int]] | None = None,
+        sizes: Mapping[int, tuple[int, ...]] | None = None,
     ) -> None:
-        """One task's counts, and its slots' (before, after) state bytes if given.
+        """One task's counts, and its slots' (before, after[, keys]) state bytes if given.
 
         A retried task overwrites its files with the same bytes.
         """
@@ -68,13 +69,27 @@ class SlotLoads:
         return total
 
     def read_sizes(self, batch_id: int) -> dict[int, tuple[int, int]]:
-        """Every slot's (before, after) state bytes in a batch, from all its tasks."""
+        """Every slot's (before, after) state bytes in a batch, summed over its tasks.
+
+        A slot is held by one task per grouping: with several groupings, its bytes are theirs
+        together.
+        """
+        return {s: (v[0], v[1]) for s, v in self.read_slots(batch_id).items()}
+
+    def read_slots(self, batch_id: int) -> dict[int, tuple[int, int, int]]:
+        """Every slot's (before, after) state bytes and keys after, summed over its tasks."""
         fs, root = filesystem(self.url)
-        sizes: dict[int, tuple[int, int]] = {}
+        sizes: dict[int, tuple[int, int, int]] = {}
         for path in listing(fs, posixpath.join(root, f"{batch_id:012d}")):
             if path.endswith(".bytes"):
-                for slot, (before, after) in json.loads(fs.cat_file(path)).items():
-                    sizes[int(slot)] = (int(before), int(after))
+                for slot, values in json.loads(fs.cat_file(path)).items():
+                    seen = sizes.get(int(slot), (0, 0, 0))
+                    keys = int(values[2]) if len(values) > 2 else 0
+                    sizes[int(slot)] = (
+                        seen[0] + int(values[0]),
+                        seen[1] + int(values[1]),
+                        seen[2] + keys,
+                    )
         return sizes
 
 

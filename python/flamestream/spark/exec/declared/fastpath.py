@@ -37,7 +37,8 @@ import struct
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
-from flamestream.graph.mapreduce import Mapped
+from flamestream.approx.schedule import SketchSchedule
+from flamestream.graph.mapreduce import Mapped, ReduceStep
 from flamestream.model import DataItem, GlobalTime, LocalTime, Meta
 from flamestream.runtime.grouping import GroupingState
 from flamestream.spark.exec.general.items import (
@@ -69,6 +70,19 @@ class MapReduceCycle:
         self.exit_tail = encode_trace((_L00, _L00, LocalTime(0, exit_port)))
         self.back_tail = (_L00, _L00, LocalTime(0, back_port), _L00)
         self.back_bytes = encode_trace(self.back_tail)
+        #: the batch's sketch decisions and the reduce they fold with (exact_or_approximate)
+        self.sketch: SketchSchedule | None = None
+        self.lowered: ReduceStep | None = None
+
+    def schedule(self, sketch: SketchSchedule | None, lowered: ReduceStep | None) -> None:
+        """Fold the items ``sketch`` picks with ``lowered`` this batch (None: none)."""
+        self.sketch, self.lowered = (sketch, lowered) if sketch and lowered else (None, None)
+
+    def _reduce_for(self, time: GlobalTime, key: Any) -> ReduceStep:
+        """The reduce for key ``key``'s item of global time ``time``."""
+        if self.sketch is not None and self.lowered is not None and self.sketch.lowered(time, key):
+            return self.lowered
+        return self.reduce
 
     def run_in_order(
         self,
@@ -120,6 +134,7 @@ class MapReduceCycle:
         row out of order (the caller takes back what was appended).
         """
         fold, merge = self.reduce.fold, self.merge
+        chosen = self._reduce_for if self.sketch is not None else None
         exit_tail, back_bytes, pack, loads = (
             self.exit_tail,
             self.back_bytes,
@@ -166,7 +181,8 @@ class MapReduceCycle:
                     break
                 before = held[2]
             try:
-                reduced = fold(before, key, value)  # what the reduce step makes of the tuple
+                # what the reduce step makes of the tuple
+                reduced = (fold if chosen is None else chosen(time, key).fold)(before, key, value)
             except Exception:  # run() leaves the item to the general path, which names it
                 ok = False
                 break
@@ -223,6 +239,7 @@ class MapReduceCycle:
         leaves to ``leaving``; it runs in the row's turn, so both paths see the same state.
         """
         reduce, merge, exit_to = self.reduce, self.merge, self.exit_to
+        chosen = self._reduce_for if self.sketch is not None else None
         exit_tail, back_tail = self.exit_tail, self.back_tail
         pack = _LOCAL.pack
         out_dests, out_times, out_fronts = leaving.dests, leaving.times, leaving.fronts
@@ -268,7 +285,7 @@ class MapReduceCycle:
                 continue
             window = (mapped,) if previous is None else (previous.payload, mapped)
             try:
-                reduced = reduce(window)
+                reduced = (reduce if chosen is None else chosen(time, key))(window)
             except Exception:  # the general path raises it again, naming the step
                 general(row)
                 clean = None

@@ -31,15 +31,23 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from flamestream.approx.schedule import SketchSchedule
 from flamestream.errors import InvariantError, StepError
+from flamestream.graph.approximate import lowered_step
 from flamestream.graph.logical import LogicalGraph
 from flamestream.graph.steps import Grouping, Step
 from flamestream.model import DataItem, GlobalTime, Meta
 from flamestream.runtime.grouping import GroupingState
-from flamestream.runtime.reference import Handler, stateless_handler, versioned_handler
+from flamestream.runtime.reference import (
+    Handler,
+    scheduled_handler,
+    stateless_handler,
+    versioned_handler,
+)
 from flamestream.runtime.swaps import Versions
 from flamestream.spark.connector.barrier import read_min_time
 from flamestream.spark.connector.faults import crash_point
+from flamestream.spark.control.approx import read_schedule
 from flamestream.spark.control.key_layout import Layout
 from flamestream.spark.durable import (
     batch_id_of_task,
@@ -179,6 +187,11 @@ class KeyedRunner:
         #: where the batch's function swaps come from (a swappable query's), else None
         self.swaps = swaps
         self._versions: dict[str, Versions] = {}  # the current task's swapped steps
+        #: the stage's exact_or_approximate reduce steps, each folding lowered (issue 41)
+        self.sketchable = {
+            sid: low for sid, step in self.steps.items() if (low := lowered_step(step)) is not None
+        }
+        self._schedule: SketchSchedule | None = None  # the current batch's, when it sketched
 
     def keep_only(self, columns: Collection[str]) -> None:
         """The stage's rows are read for ``columns`` of the released rows only (its sink's).
@@ -227,6 +240,7 @@ class KeyedRunner:
         self._router, self._task = None, (partition, batch_id)
         self._layout = io.layout(batch_id) if io.durable else None
         self._versions = self.swaps.versions(batch_id, self.steps.values()) if self.swaps else {}
+        self._use_schedule(batch_id if io.durable else -1)
         # 2. restore
         state = io.restore(partition, batch_id)
         # 3. the min-time
@@ -255,6 +269,20 @@ class KeyedRunner:
                 state.collect_garbage(min_time)
             io.save(partition, batch_id, state, keys)
             crash_point("graph.keyed.saved", batch_id)
+
+    def _use_schedule(self, batch_id: int) -> None:
+        """The batch's sketch decisions (``exact_or_approximate``), for both paths."""
+        schedule = None
+        if self.sketchable and self.checkpoint is not None and batch_id >= 0:
+            schedule = read_schedule(self.checkpoint, batch_id) or None
+        self._schedule = schedule
+        if self.cycle is not None:
+            lowered = [
+                low.fn
+                for sid, low in self.sketchable.items()
+                if getattr(self.steps[sid], "fn", None) == self.cycle.reduce
+            ]
+            self.cycle.schedule(schedule if lowered else None, lowered[0] if lowered else None)
 
     def _runs(
         self,
@@ -376,6 +404,9 @@ class KeyedRunner:
                 handlers[sid] = _grouping_handler(state, dest, determinants.get)
             elif sid in self._versions:
                 handlers[sid] = versioned_handler(self._versions[sid], self.targets[sid], call)
+            elif sid in self.sketchable and self._schedule is not None:
+                low, targets = self.sketchable[sid], self.targets[sid]
+                handlers[sid] = scheduled_handler(step, low, self._schedule, targets, call)
             else:
                 handlers[sid] = stateless_handler(step, self.targets[sid], call)
         return handlers

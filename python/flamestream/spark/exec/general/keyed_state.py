@@ -149,11 +149,12 @@ class SlotSnapshots(StateIO):
             msg = f"grouping {g.step_id!r}: partition {partition} holds keys of slots {strays}"
             raise InvariantError(msg)
         before = self.restored.pop((partition, batch_id), {})
-        sizes: dict[int, tuple[int, int]] = {}
+        sizes: dict[int, tuple[int, int, int]] = {}
         for slot in mine:
             snapshot = parts[slot].snapshot()
             self.slot_store.save(slot, batch_id, snapshot)
-            sizes[slot] = (before.get(slot, 0), len(snapshot))
+            held = len(parts[slot].bucket_keys())  # what a sketch per key would weigh
+            sizes[slot] = (before.get(slot, 0), len(snapshot), held)
         loads: dict[int, int] = {}
         for column in keys:
             for key in column.to_pylist():
