@@ -46,6 +46,13 @@ def _check_functions(step_id: str, example: str, **functions: Any) -> None:
         _check(step_id, fn is None or callable(fn), f"a callable {name} or None", fn, example)
 
 
+def _check_distinct(step_id: str, example: str, sketch: str, lg_k: int, num_std_dev: int) -> None:
+    """A distinct count's sketch kind, size and bounds' width, as DataSketches takes them."""
+    _check(step_id, sketch in DISTINCT_KINDS, "sketch 'hll' or 'theta'", sketch, example)
+    _check(step_id, lg_k in _LG_K.get(sketch, ()), f"lg_k in {_LG_K.get(sketch)}", lg_k, example)
+    _check(step_id, num_std_dev in CONFIDENCE, "num_std_dev 1, 2 or 3", num_std_dev, example)
+
+
 def _approximate(
     flow: Dataflow,
     step_id: str,
@@ -92,9 +99,7 @@ def distinct_count(
     """
     example = "distinct_count(flow, 'users', visits, key=lambda v: v.page, value=lambda v: v.user)"
     _check_functions(step_id, example, key=key, value=value)
-    _check(step_id, sketch in DISTINCT_KINDS, "sketch 'hll' or 'theta'", sketch, example)
-    _check(step_id, lg_k in _LG_K.get(sketch, ()), f"lg_k in {_LG_K.get(sketch)}", lg_k, example)
-    _check(step_id, num_std_dev in CONFIDENCE, "num_std_dev 1, 2 or 3", num_std_dev, example)
+    _check_distinct(step_id, example, sketch, lg_k, num_std_dev)
     _check(
         step_id,
         exact_limit is None or (isinstance(exact_limit, int) and exact_limit >= 0),
@@ -145,9 +150,7 @@ def exact_or_approximate(
         "exact_or_approximate(flow, 'users', visits, key=lambda v: v.page, value=lambda v: v.user)"
     )
     _check_functions(step_id, example, key=key, value=value)
-    _check(step_id, sketch in DISTINCT_KINDS, "sketch 'hll' or 'theta'", sketch, example)
-    _check(step_id, lg_k in _LG_K.get(sketch, ()), f"lg_k in {_LG_K.get(sketch)}", lg_k, example)
-    _check(step_id, num_std_dev in CONFIDENCE, "num_std_dev 1, 2 or 3", num_std_dev, example)
+    _check_distinct(step_id, example, sketch, lg_k, num_std_dev)
     _check(
         step_id,
         isinstance(floor, int) and not isinstance(floor, bool) and floor >= 0,
