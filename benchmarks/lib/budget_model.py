@@ -8,7 +8,11 @@ adds ``new_key_bytes`` instead (the key-creating start, when set). The measured 
 slot is what the tick's items added (expiry aside, as a task that sees its writes). A tick
 of ``rows`` takes ``overhead_ms + per_row_ms x max(hottest partition's rows, rows /
 min(active, cores))`` plus the moved
-state's transfer: the partitions run on ``cores`` in parallel, the hottest one last.
+state's transfer: the partitions run on ``cores`` in parallel, the hottest one last. It uses
+``cpu_batch_ms + cpu_task_ms x active + cpu_per_row_ms x rows`` of CPU (a batch's planning
+and commit, each keyed task's restore and save, each row): the CPU budget's levers (larger
+batches, fewer partitions) are cheaper settings of the same output. A setting's
+``wait_rows`` holds a tick until that many rows wait (at most ``max_wait_ms``).
 
 A run drives either fixed settings (read limit x active partitions) or the policy, tick by
 tick, and reports per-record latency (available to released: the end of the tick that read
@@ -47,6 +51,13 @@ class Workload:
     move_ms_per_mb: float = 20.0
     cores: int = 2
     idle_ms: float = 100.0
+    cpu_batch_ms: float = 150.0
+    cpu_task_ms: float = 60.0
+    cpu_per_row_ms: float = 0.02
+
+    def cpu_ms(self, rows: int, active: int) -> float:
+        """The CPU a tick of ``rows`` on ``active`` partitions uses."""
+        return self.cpu_batch_ms + self.cpu_task_ms * active + self.cpu_per_row_ms * rows
 
     def rate_at(self, t: float) -> float:
         """Rows per second arriving at ``t``."""
@@ -79,6 +90,7 @@ class Run:
     peak_partition_bytes: int = 0
     rows: int = 0
     end: float = 0.0
+    cpu_ms: float = 0.0
 
     def percentile(self, q: float) -> float:
         """The ``q``-th percentile of the per-record latency (seconds)."""
@@ -103,6 +115,7 @@ class Run:
             "peak_state_bytes_per_partition": self.peak_partition_bytes,
             "budget_held": budget is None or self.peak_partition_bytes <= budget,
             "surprises": self.surprises(),
+            "cpu_us_per_record": round(1000 * self.cpu_ms / self.rows, 2) if self.rows else 0.0,
         }
 
     def surprises(self) -> int:
@@ -178,11 +191,13 @@ def simulate(
     history: list[tuple[int, ...]] = []  # bytes added per slot, newest last (state's window)
     setting, measured, run, now = start, list[Measurement](), Run(), 0.0
     moved_bytes, reading = 0, start.limit  # the limit the next tick reads with
+    last_end = 0.0
     while now < workload.seconds or arrivals.queue:
         arrivals.advance(now)
         backlog = arrivals.backlog()
         rows = min(reading if lag else setting.limit, backlog)
-        if backlog == 0:  # nothing to read: wait (a limit of 0 still runs a tick: time moves)
+        if backlog == 0 or _waits(setting, backlog, now, last_end, workload):
+            # nothing to read, or the CPU rule's wait: (a limit of 0 still runs a tick)
             now += workload.idle_ms / 1000
             continue
         if len(run.ticks) >= MAX_TICKS:
@@ -204,6 +219,10 @@ def simulate(
         duration = workload.overhead_ms + workload.per_row_ms * max(max(partitions), spread)
         duration += workload.move_ms_per_mb * moved_bytes / 1e6
         now += duration / 1000
+        arrivals.advance(now)  # what arrived during the tick (the last tick's too)
+        last_end = now
+        cpu = workload.cpu_ms(rows, setting.active)
+        run.cpu_ms += cpu
         run.latencies += [(now - arrived, n) for arrived, n in arrivals.take(rows)]
         run.rows += rows
         history = [*history, added][-workload.window_ticks :]
@@ -217,20 +236,35 @@ def simulate(
                 added,
                 arrivals.backlog(),
                 workload.cores,
+                cpu_ms=cpu,
+                active=setting.active,
             )
         )
         # with lag, the next tick reads with the limit decided before this one
         reading = setting.limit
         decided = decider(setting, measured[-8:], reading if lag else 0)
-        run.ticks.append(_tick(now, rows, duration, setting, decided, peak))
+        run.ticks.append(_tick(now, rows, duration, setting, decided, peak, cpu))
         moved_bytes = sum(m.bytes for m in decided.moves)
         setting = decided.setting
     run.end = now
     return run
 
 
+def _waits(setting: Setting, backlog: int, now: float, last_end: float, w: Workload) -> bool:
+    """Whether a front holds the tick for the CPU rule's larger batch (input still coming)."""
+    if not setting.wait_rows or backlog >= setting.wait_rows or now >= w.seconds:
+        return False
+    return (now - last_end) * 1000 < setting.max_wait_ms
+
+
 def _tick(
-    now: float, rows: int, duration: float, setting: Setting, decided: Plan, peak: list[int]
+    now: float,
+    rows: int,
+    duration: float,
+    setting: Setting,
+    decided: Plan,
+    peak: list[int],
+    workload_cpu: float,
 ) -> dict[str, Any]:
     return {
         "end_s": round(now, 3),
@@ -241,5 +275,6 @@ def _tick(
         "peak_partition_bytes": max(peak),
         "moves": len(decided.moves),
         "next_limit": decided.setting.limit,
+        "cpu_ms": round(workload_cpu, 1),
         "reasons": list(decided.reasons),
     }

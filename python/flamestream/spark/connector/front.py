@@ -249,6 +249,16 @@ class ReaderConfig:
         split = options.integer("splitRecords", cls.split_records, minimum=1)
         stage = options.raw(STAGE_OPTION)
         budget_from = options.raw(LIMIT_FROM) or None
+        if on and budget_from is not None:
+            # one owner of the read limit: the graph's policy, whose latency rule this is
+            raise ConfigError(
+                options.step,
+                options.label("controller"),
+                "on",
+                "off on a front of a SparkGraph with budgets=: the graph's budget policy "
+                "decides every front's read limit. Hint: drop the option and declare "
+                "BudgetPolicy(target_latency_ms=...) (and min_rows/max_rows) instead",
+            )
         initial = options.raw(INITIAL_LIMIT)
         return cls(
             id_base=id_base,
@@ -294,6 +304,7 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[str, int] | None = None  # AvailableNow's end, driver side only
         self._target_pending = False  # driver side: AvailableNow's end not fixed yet
         self._controller: AdmissionController | None = None  # driver side only
+        self._planned_at = 0.0  # driver side: when the last batch was planned (monotonic)
         self._shim: Shim | bool | None = False  # driver side: False = not looked for yet
         #: driver side: per source, what discover last said and when (monotonic) it moved
         self._activity: dict[str, tuple[int, float]] = {}
@@ -353,6 +364,8 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         taken = None
         if budget is not None:
             ends, taken = self._within_budget(fronts, starts, ends, budget)
+        if len(fronts) == len(begin.fronts) and self._waits(published, taken):
+            return start  # the CPU budget's larger batches: let more records arrive first
         self._push_metrics(fronts, available, ends, taken)
         # wall: fronts stamp from the planning clock in µs; logical and record: from their
         # own previous next ts only, so global times depend on the input alone
@@ -383,6 +396,7 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         moved = any(ends[f.key] != starts[f.key] or nexts[f.key] != f.next for f in fronts)
         if not moved and len(fronts) == len(begin.fronts):
             return start  # nothing new and no report raised: no batch
+        self._planned_at = time.monotonic()
         extra = self._extra(begin, controller, budget, taken, published)
         end = FrontOffset(
             self.source.kind,
@@ -522,6 +536,20 @@ class FrontReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             record = ("controller", controller.record())
             extra = (*(e for e in extra if e[0] != "controller"), record)
         return extra
+
+    def _waits(self, published: Mapping[str, Any] | None, taken: int | None) -> bool:
+        """Whether to hold the batch for more rows (the CPU budget's larger batches).
+
+        Held while it has fewer rows than the policy's ``waitRows`` (see
+        :mod:`flamestream.spark.control.cpu`), for at most its ``maxWaitMs`` since the last
+        batch was planned. Never in an AvailableNow run (it reads what there is, then ends).
+        """
+        wait = int(published.get("waitRows", 0)) if published else 0
+        if not wait or taken is None or taken >= wait or self._target is not None:
+            return False
+        assert published is not None  # noqa: S101
+        waited_ms = (time.monotonic() - self._planned_at) * 1000
+        return waited_ms < float(published.get("maxWaitMs", 0.0))
 
     def _published(self) -> dict[str, Any] | None:
         """The newest read limit the graph's budget policy published (None: none yet)."""

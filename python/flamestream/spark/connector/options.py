@@ -128,6 +128,12 @@ class OptionReader:
             raise ConfigError(self.step, self.label(name), value, f"a number >= {minimum}")
         return number
 
+    def optional_number(self, name: str, *, minimum: float = 0.0) -> float | None:
+        """A float option that may be absent."""
+        if self.raw(name) is None:
+            return None
+        return self.number(name, 0.0, minimum=minimum)
+
     def boolean(self, name: str, default: bool) -> bool:
         """A true/false option."""
         value = self.raw(name)

@@ -26,9 +26,10 @@ import json
 import logging
 import posixpath
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from flamestream.jvm import Shim, ShimError, cluster_executors
 from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.control.policy import Budgets, Measurement, Plan, Setting, plan
 from flamestream.spark.durable import QueryCheckpoint
@@ -72,7 +73,12 @@ class BudgetPolicy:
     with ``exact_or_approximate`` steps in the graph, the policy may sketch their keys' slots
     rather than stop reading when the state budget would be passed (False: never sketch);
     ``sketch_bytes_per_key``: what such a key weighs sketched (set by the runtime from the
-    graph's steps).
+    graph's steps); ``max_cpu_us_per_record``: CPU time per record the application's
+    processes may use, over the last ``cpu_window_ms`` of batches (None: no CPU budget; it
+    needs the JVM shim, which measures the CPU, see :mod:`flamestream.spark.control.cpu`).
+    Without ``cores``, the keyed tasks' cores are the application's live executor cores (the
+    JVM shim's count, read at every decision: the policy follows the cluster), else Spark's
+    default parallelism when the query started.
     """
 
     target_latency_ms: float = 5000.0
@@ -84,6 +90,11 @@ class BudgetPolicy:
     burst_share: float = 2.0
     sketch: bool = True
     sketch_bytes_per_key: int | None = None
+    max_cpu_us_per_record: float | None = None
+    cpu_window_ms: float = 60_000.0
+    #: set by the runtime: Spark's default parallelism when the query started (the cores
+    #: without ``cores`` and without the JVM shim's live count)
+    start_cores: int | None = None
 
     def options(self, cores: int) -> dict[str, str]:
         """As control channel options."""
@@ -94,7 +105,11 @@ class BudgetPolicy:
             "maxMoves": str(self.max_moves),
             "burstShare": str(self.burst_share),
             "cores": str(self.cores or cores),
+            "followCores": "false" if self.cores else "true",
+            "cpuWindowMs": str(self.cpu_window_ms),
         }
+        if self.max_cpu_us_per_record is not None:
+            found["maxCpuMicrosPerRecord"] = str(self.max_cpu_us_per_record)
         if self.max_state_bytes_per_partition is not None:
             found["maxStateBytesPerPartition"] = str(self.max_state_bytes_per_partition)
         if self.max_rows is not None:
@@ -118,6 +133,8 @@ class BudgetPolicy:
             max_moves=self.max_moves,
             burst_share=self.burst_share,
             sketch_bytes_per_key=self.sketch_bytes_per_key if self.sketch else None,
+            max_cpu_us_per_record=self.max_cpu_us_per_record,
+            cpu_window_ms=self.cpu_window_ms,
         )
 
     @classmethod
@@ -125,6 +142,7 @@ class BudgetPolicy:
         """The control channel's budget options (None without ``budget=on``)."""
         if options.choice("budget", ["off", "on"], "off") != "on":
             return None
+        follow = options.boolean("followCores", False)
         return cls(
             target_latency_ms=options.number("targetLatencyMs", 5000.0, minimum=1.0),
             max_state_bytes_per_partition=options.optional_integer(
@@ -133,9 +151,12 @@ class BudgetPolicy:
             min_rows=options.integer("minRecordsPerTrigger", 100, minimum=1),
             max_rows=options.optional_integer("maxRecordsPerTrigger", minimum=1),
             max_moves=options.integer("maxMoves", 4, minimum=1),
-            cores=options.integer("cores", 1, minimum=1),
+            cores=None if follow else options.integer("cores", 1, minimum=1),
+            start_cores=options.integer("cores", 1, minimum=1),
             burst_share=options.number("burstShare", 2.0, minimum=1.0),
             sketch_bytes_per_key=options.optional_integer("sketchBytesPerKey", minimum=1),
+            max_cpu_us_per_record=options.optional_number("maxCpuMicrosPerRecord", minimum=0.001),
+            cpu_window_ms=options.number("cpuWindowMs", 60_000.0, minimum=1.0),
         )
 
 
@@ -184,7 +205,14 @@ def front_record(limit: int, rows: int, published: Mapping[str, Any] | None) -> 
     }
 
 
-def measure(checkpoint: QueryCheckpoint, batch: int, cores: int, slots: int) -> Measurement | None:
+def measure(
+    checkpoint: QueryCheckpoint,
+    batch: int,
+    cores: int,
+    slots: int,
+    cpu_ms: float | None = None,
+    active: int = 0,
+) -> Measurement | None:
     """Batch ``batch`` as the policy sees it (None if no keyed task wrote its loads)."""
     store = SlotLoads(checkpoint.graph_url)
     loads = store.read(batch)
@@ -205,6 +233,8 @@ def measure(checkpoint: QueryCheckpoint, batch: int, cores: int, slots: int) -> 
         ),
         cores=cores,
         slot_keys=tuple(sizes.get(s, (0, 0, 0))[2] for s in range(slots)),
+        cpu_ms=cpu_ms,
+        active=active,
     )
 
 
@@ -220,6 +250,41 @@ def batch_duration_ms(checkpoint: QueryCheckpoint, batch: int) -> float:
 
 
 @dataclass
+class CpuMeter:
+    """The application's CPU between two decisions, read from the JVM shim (``cpu``).
+
+    The first reading after a start measures nothing (no reading before it); a reading that
+    skips a batch (two committed since the last) is not attributed to one.
+    """
+
+    last: tuple[int, float] | None = None  #: (batch, the application's CPU ms then)
+
+    def batch_ms(self, batch: int, shim: Shim | None) -> float | None:
+        """CPU ms used since the reading after ``batch - 1`` (None: not known)."""
+        total = application_cpu_ms(shim)
+        if total is None:
+            self.last = None
+            return None
+        before, self.last = self.last, (batch, total)
+        if before is None or before[0] != batch - 1:
+            return None
+        return max(0.0, total - before[1])
+
+
+def application_cpu_ms(shim: Shim | None) -> float | None:
+    """CPU ms the application's processes used so far (None: no shim, or no ``/proc``)."""
+    if shim is None:
+        return None
+    try:
+        reply = shim.request("cpu")
+    except ShimError:
+        return None
+    if not reply.get("measured"):
+        return None
+    return float(reply["totalMs"])
+
+
+@dataclass
 class BudgetController:
     """The policy's state in the control channel's process (resumed from the board)."""
 
@@ -227,6 +292,23 @@ class BudgetController:
     partitions: int
     setting: Setting | None = None
     history: tuple[Measurement, ...] = ()
+    meter: CpuMeter = field(default_factory=CpuMeter)
+    _shim: Shim | bool | None = False  # False: not looked for yet
+
+    def shim(self) -> Shim | None:
+        """The JVM shim's endpoint, looked for once."""
+        if self._shim is False:
+            self._shim = Shim.find()
+        return self._shim if isinstance(self._shim, Shim) else None
+
+    def cores(self) -> int:
+        """The keyed tasks' cores: declared, else the live executors', else at start."""
+        if self.policy.cores:
+            return self.policy.cores
+        live = cluster_executors(self.shim()) if self.shim() is not None else None
+        if live is not None and live.cores > 0:
+            return live.cores
+        return self.policy.start_cores or 1
 
     def decide(
         self,
@@ -240,11 +322,16 @@ class BudgetController:
 
         ``sketched``: the slots sketched so far, as the control offset records them.
         """
-        measured = measure(checkpoint, batch, self.policy.cores or 1, len(assignment))
-        if measured is None:
-            return None
+        cpu = None
+        if self.policy.max_cpu_us_per_record is not None:
+            cpu = self.meter.batch_ms(batch, self.shim())
         budgets = self.policy.budgets(self.partitions)
         setting = self._resume(checkpoint, budgets, assignment, active)
+        measured = measure(
+            checkpoint, batch, self.cores(), len(assignment), cpu, active or setting.active
+        )
+        if measured is None:
+            return None
         setting = replace(setting, sketched=tuple(sketched))
         self.history = (*self.history, measured)[-HISTORY:]
         # the front may plan the next batch before this decision, with the previous limit:
@@ -256,6 +343,14 @@ class BudgetController:
                 "(%s); reading waits until it shrinks",
                 batch,
                 "; ".join(decided.reasons),
+            )
+        unheld = [r for r in decided.reasons if r.startswith("cpu: not held")]
+        if unheld:
+            log.warning(
+                "budget policy after batch %d: the CPU budget (%g us a record) is not held: %s",
+                batch,
+                self.policy.max_cpu_us_per_record,
+                "; ".join(unheld),
             )
         beyond = [r for r in decided.reasons if r.startswith("surprise")]
         if beyond:
@@ -280,6 +375,11 @@ class BudgetController:
                 "durationMs": round(measured.duration_ms, 1),
                 "peakPartitionBytes": peak_partition_bytes(measured, assignment),
                 "sketched": list(decided.setting.sketched),
+                "cores": measured.cores,
+                "cpuMs": measured.cpu_ms,
+                "waitRows": decided.setting.wait_rows,
+                "maxWaitMs": decided.setting.max_wait_ms,
+                "cpuCeiling": decided.setting.cpu_ceiling,
                 "reasons": list(decided.reasons),
             },
         )
@@ -293,15 +393,17 @@ class BudgetController:
         active: int | None,
     ) -> Setting:
         """The current setting: in memory, else from the board (a restarted process)."""
-        current = self.setting or Setting.initial(budgets, self.policy.cores or 1)
+        current = self.setting or Setting.initial(budgets, self.cores())
         if self.setting is None:
             last = LimitBoard(checkpoint.graph_url).latest()
             if last is not None:
                 growth = last.get("growthPerItem")
+                ceiling = last.get("cpuCeiling")
                 current = replace(
                     current,
                     limit=int(last["limit"]),
                     growth_per_item=None if growth is None else float(growth),
+                    cpu_ceiling=None if ceiling is None else int(ceiling),
                 )
         used = max(assignment) + 1  # a layout never uses a partition beyond the active ones
         return replace(current, assignment=tuple(assignment), active=max(active or used, used))

@@ -19,7 +19,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailable
 from flamestream.spark.connector.faults import crash_point
 from flamestream.spark.control.approx import record as record_sketch
 from flamestream.spark.control.approx import sketched_slots
-from flamestream.spark.control.budgeted import BudgetController, BudgetPolicy
+from flamestream.spark.control.budgeted import BudgetController, BudgetPolicy, CpuMeter
 from flamestream.spark.control.cluster import ClusterFollower
 from flamestream.spark.control.key_layout import (
     ElasticPolicy,
@@ -140,8 +140,8 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _follower(self) -> ClusterFollower | None:
         """What reads the cluster's cores (``follow_cluster``), with no reading made yet."""
-        if not self.policy.follow_cluster:
-            return None
+        if not self.policy.follow_cluster or self.budget is not None:
+            return None  # with budgets the policy follows the live cores itself (one owner)
         return ClusterFollower(
             self.key_partitions, self.policy.settle, self.policy.target_latency_ms
         )
@@ -403,7 +403,11 @@ class ControlReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state = dict(self.__dict__)
         state["_judged"] = -1
         state["handlers"] = {}
-        state["budget"] = None if self.budget is None else replace(self.budget, setting=None)
+        state["budget"] = (
+            None
+            if self.budget is None
+            else replace(self.budget, setting=None, meter=CpuMeter(), _shim=False)
+        )
         state["follower"] = self._follower()  # a fresh reading in the unpickled copy
         return state
 

@@ -30,7 +30,12 @@ decides the next tick's setting together (:func:`plan`):
    saving first, until the saving brings it under the high water. A sketched slot's keys turn
    their exact values into a sketch at their next update, so the cap of a partition holding
    sketched slots stays at least ``min_rows`` (its state shrinks only as keys are read).
-3. **Balance.** When one partition carries more than ``SKEW`` x the mean items, its slots
+3. **CPU.** With ``max_cpu_us_per_record``, the cheaper of equal-output settings while the
+   CPU per record over the last ``cpu_window_ms`` is over it (:mod:`.cpu`): batches large
+   enough to amortize a batch's fixed CPU (the fronts wait for them, at most half the
+   latency budget), then fewer active partitions; memory first, then latency, then CPU, and
+   a ``cpu: not held`` reason when no such setting holds it.
+4. **Balance.** When one partition carries more than ``SKEW`` x the mean items, its slots
    move to the least loaded partitions while that cuts the hottest one's load.
 
 Moves per tick are bounded (``max_moves``): a rescale is spread over ticks. Ties are broken
@@ -45,6 +50,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from flamestream.spark.control import cpu as cpu_rule
 from flamestream.spark.control.admission import HISTORY, Budget, CostModel, Tick, decide
 
 #: Slots per maximum partition (as the elastic key layout has them).
@@ -75,6 +81,8 @@ class Budgets:
     * ``sketch_bytes_per_key`` (``sketchBytesPerKey``): the graph has
       ``exact_or_approximate`` steps and a key of theirs holds at most this many bytes once
       its slot is sketched; None: no slot is ever sketched.
+    * ``max_cpu_us_per_record`` (``maxCpuMicrosPerRecord``): CPU time per record, over the
+      last ``cpu_window_ms`` (``cpuWindowMs``) of batches; None: no CPU budget.
     """
 
     target_latency_ms: float = 5000.0
@@ -87,6 +95,8 @@ class Budgets:
     high_water: float = 0.5
     burst_share: float = 2.0
     sketch_bytes_per_key: int | None = None
+    max_cpu_us_per_record: float | None = None
+    cpu_window_ms: float = 60_000.0
 
     def admission(self) -> Budget:
         """The latency part, as the admission controller's budget."""
@@ -105,7 +115,9 @@ class Measurement:
     ``slot_items``: items each slot received; ``slot_bytes``: each slot's state bytes after
     the tick; ``slot_growth``: each slot's bytes after minus before the tick (as the keyed
     task saw them when it restored and saved the slot); ``slot_keys``: each slot's keys after
-    the tick (summed over the groupings).
+    the tick (summed over the groupings); ``cpu_ms``: the CPU the application's processes
+    used during the tick (None: not measured); ``active``: its active partitions (0: not
+    known).
     """
 
     rows: int
@@ -116,6 +128,8 @@ class Measurement:
     backlog: int = 0
     cores: int = 1
     slot_keys: tuple[int, ...] = ()
+    cpu_ms: float | None = None
+    active: int = 0
 
 
 @dataclass(frozen=True)
@@ -135,6 +149,9 @@ class Setting:
     ``growth_per_item``: the state growth per item the last decision used (None: not
     measured yet); the next decision falls back on it when the recent ticks received nothing.
     ``sketched``: the slots whose ``exact_or_approximate`` keys are sketched (only grows).
+    ``wait_rows`` / ``max_wait_ms``: fronts hold a batch until that many rows wait, at most
+    that long (the CPU rule's larger batches; 0: no wait); ``cpu_ceiling``: the CPU rule's
+    most active partitions (None: none).
     """
 
     limit: int
@@ -143,6 +160,9 @@ class Setting:
     growth_per_item: float | None = None
     tick: int = 0
     sketched: tuple[int, ...] = ()
+    wait_rows: int = 0
+    max_wait_ms: float = 0.0
+    cpu_ceiling: int | None = None
 
     @classmethod
     def initial(cls, budgets: Budgets, cores: int) -> Setting:
@@ -337,10 +357,12 @@ def _spread(draft: _Draft, expected_growth: float, max_moves: int) -> str:
             share = draft.items_of(p) / total_items
             if draft.bytes_of(p) + share * expected_growth <= high:
                 break
+            if draft.active < 2:  # nowhere to spread to (one core, or the CPU rule's one)
+                break
             slots = sorted(draft.slots_of(p), key=lambda s: (-draft.slot_bytes[s], s))
             target = draft.emptiest(p)
             fits = [s for s in slots[:-1] if draft.bytes_of(target) + draft.slot_bytes[s] <= high]
-            if not fits or draft.active < 2:
+            if not fits:
                 break
             draft.move(fits[0], target)
             spread.append(f"{fits[0]}:{p}->{target}")
@@ -486,6 +508,9 @@ def plan(
     n, why = wanted_active(
         budgets, last.cores, sum(slot_bytes), growth or 0.0, rows, setting.active
     )
+    cpu = _cpu_choice(budgets, setting, history, limit, n, sum(slot_bytes), growth or 0.0, rows)
+    if cpu.active_ceiling is not None and cpu.active_ceiling < n:
+        n, why = cpu.active_ceiling, f"{cpu.active_ceiling} for the CPU budget"
     steps = [_rescale(draft, n, budgets.max_moves)]
     if budget is not None:
         steps.append(_spread(draft, rows * (growth or 0.0), budgets.max_moves))
@@ -512,8 +537,59 @@ def plan(
         if cap is not None and cap < limit:
             limit = cap
             reasons.append(f"memory: {because}")
-    new = Setting(limit, draft.active, tuple(draft.assignment), growth, setting.tick + 1, sketched)
+    reasons += cpu.reasons
+    wait = min(cpu.wait_rows, limit)
+    new = Setting(
+        limit,
+        draft.active,
+        tuple(draft.assignment),
+        growth,
+        setting.tick + 1,
+        sketched,
+        wait_rows=wait,
+        max_wait_ms=cpu.max_wait_ms if wait else 0.0,
+        cpu_ceiling=cpu.active_ceiling,
+    )
     return Plan(new, tuple(draft.moves), tuple(reasons))
+
+
+def _cpu_choice(
+    budgets: Budgets,
+    setting: Setting,
+    history: Sequence[Measurement],
+    limit: int,
+    active: int,
+    total_bytes: int,
+    growth: float,
+    rows: int,
+) -> cpu_rule.CpuChoice:
+    """The CPU rule's choice (:mod:`.cpu`), with the limit raised to the batches it wants.
+
+    ``limit``: the latency rule's; ``active``: what the other rules want. The memory
+    budget's partitions are a floor for the CPU rule's ceiling.
+    """
+    if budgets.max_cpu_us_per_record is None:
+        return cpu_rule.CpuChoice()
+    memory_active = 1
+    if budgets.max_state_bytes_per_partition is not None:
+        memory_active = math.ceil(
+            (total_bytes + rows * growth)
+            / (budgets.high_water * budgets.max_state_bytes_per_partition)
+        )
+    ticks = [
+        cpu_rule.CpuTick(m.rows, m.duration_ms, m.cpu_ms, m.active or setting.active)
+        for m in history
+    ]
+    return cpu_rule.choose(
+        budgets.max_cpu_us_per_record,
+        budgets.cpu_window_ms,
+        budgets.target_latency_ms,
+        ticks,
+        budgets.admission().clamp(limit),
+        min(active, setting.active),
+        memory_active,
+        setting.cpu_ceiling,
+    )
 
 
 def _all_sketched(

@@ -25,7 +25,9 @@ import org.apache.spark.api.plugin.SparkPlugin;
  * driver host is given ({@code SPARK_LOCAL_DIRS}); registers the gauges the Python side
  * pushes (front backlog, min-time lag, sink buffer, state, controller decisions) with
  * Spark's metrics system; keeps the application's live executors and their cores
- * ({@link ExecutorListener}). Executor part: counts the executor's finished and failed tasks.
+ * ({@link ExecutorListener}); receives the executors' CPU reports. Executor part: counts the
+ * executor's finished and failed tasks, and reports the CPU its process tree used
+ * ({@link ProcessCpu}) to the driver part, at most every {@link Executor#REPORT_MS} ms.
  */
 public class FlameStreamPlugin implements SparkPlugin {
   /** The rendezvous file's name, in each of the driver's block manager directories. */
@@ -79,6 +81,16 @@ public class FlameStreamPlugin implements SparkPlugin {
       return Map.of("shim", ShimServer.VERSION);
     }
 
+    /** An executor's CPU report, {@code "cpu <executor id> <ms>"}. */
+    @Override
+    public Object receive(Object message) {
+      String[] parts = String.valueOf(message).split(" ");
+      if (parts.length == 3 && parts[0].equals("cpu")) {
+        Telemetry.get().reportCpu(parts[1], Long.parseLong(parts[2]));
+      }
+      return null;
+    }
+
     @Override
     public void registerMetrics(String appId, PluginContext context) {
       Telemetry.get().attach(context.metricRegistry());
@@ -112,11 +124,17 @@ public class FlameStreamPlugin implements SparkPlugin {
   }
 
   static final class Executor implements ExecutorPlugin {
+    /** Reports at most this often (a task's end costs a {@code /proc} walk otherwise). */
+    static final long REPORT_MS = 250;
+
     private Counter succeeded;
     private Counter failed;
+    private PluginContext context;
+    private volatile long reported;
 
     @Override
-    public void init(PluginContext context, Map<String, String> extraConf) {
+    public void init(PluginContext pluginContext, Map<String, String> extraConf) {
+      context = pluginContext;
       succeeded = context.metricRegistry().counter("tasks.succeeded");
       failed = context.metricRegistry().counter("tasks.failed");
     }
@@ -124,11 +142,30 @@ public class FlameStreamPlugin implements SparkPlugin {
     @Override
     public void onTaskSucceeded() {
       succeeded.inc();
+      reportCpu();
     }
 
     @Override
     public void onTaskFailed(org.apache.spark.TaskFailedReason failureReason) {
       failed.inc();
+      reportCpu();
+    }
+
+    /** The process tree's CPU to the driver (the driver reads its own: not in local mode). */
+    private void reportCpu() {
+      long now = System.currentTimeMillis();
+      if (now - reported < REPORT_MS || "driver".equals(context.executorID())) {
+        return;
+      }
+      reported = now;
+      long millis = ProcessCpu.treeMillis();
+      if (millis >= 0) {
+        try {
+          context.send("cpu " + context.executorID() + " " + millis);
+        } catch (java.io.IOException lost) {
+          // the next task's end reports again
+        }
+      }
     }
   }
 }

@@ -153,6 +153,7 @@ final class ShimServer implements Runnable {
       }
       case "gauges" -> reply.put("gauges", telemetry.metrics());
       case "executors" -> reply.putAll(executors.snapshot());
+      case "cpu" -> reply.putAll(telemetry.cpu());
       default -> reply.put("error", "unknown op: " + op);
     }
   }

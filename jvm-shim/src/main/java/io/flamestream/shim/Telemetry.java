@@ -31,6 +31,7 @@ public final class Telemetry {
   private final Map<String, Map<Long, BatchTasks>> tasks = new LinkedHashMap<>();
   private final Map<String, Double> metrics = new ConcurrentHashMap<>();
   private final Map<String, Long> counts = new ConcurrentHashMap<>();
+  private final Map<String, Long> executorCpu = new ConcurrentHashMap<>();
   private volatile MetricRegistry registry;
   private volatile boolean listenersSeen;
   private volatile boolean progressSeen;
@@ -136,6 +137,30 @@ public final class Telemetry {
       copy.put(query, list);
     });
     return copy;
+  }
+
+  /** The CPU milliseconds an executor's process tree has used (its latest report). */
+  void reportCpu(String executorId, long millis) {
+    executorCpu.merge(executorId, millis, Math::max);
+  }
+
+  /**
+   * CPU milliseconds used by the application: the driver's process tree (read now; on
+   * {@code local[N]} it holds the executor and every Python worker) and each other
+   * executor's latest report. Executors that were removed keep counting: the total only grows.
+   */
+  Map<String, Object> cpu() {
+    Map<String, Object> out = new LinkedHashMap<>();
+    long driver = ProcessCpu.treeMillis();
+    long total = Math.max(0, driver);
+    for (long millis : executorCpu.values()) {
+      total += millis;
+    }
+    out.put("driverMs", driver);
+    out.put("executorMs", new LinkedHashMap<>(executorCpu));
+    out.put("totalMs", total);
+    out.put("measured", driver >= 0);
+    return out;
   }
 
   /** Set a metric pushed by the Python side; new names become gauges. */
