@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,7 @@ def main(base: Path) -> dict[str, Any]:
     out["compacted"]["log"] = sorted(p.name for p in log.iterdir() if not p.name.startswith("."))
     out["compacted"]["read"] = spark.read.json(str(log.parent)).count()
     out["defaults"] = conf_defaults(shim)
+    out["cpuBudget"] = cpu_budget_runs(spark, base, shim)
     out["hello"] = shim.request("hello")
     # the file's recommended conf: every Python task above talked to Spark over a Unix socket
     out["unixSockets"] = spark.sparkContext.getConf().get("spark.python.unix.domain.socket.enabled")
@@ -90,6 +92,109 @@ def main(base: Path) -> dict[str, Any]:
         text = page.read().decode()
     out["prometheus"] = [line for line in text.splitlines() if "FlameStreamPlugin" in line]
     spark.stop()
+    return out
+
+
+def word_count() -> Any:
+    from flamestream import Dataflow, map_reduce
+
+    flow = Dataflow("keys")
+    counts = map_reduce(
+        flow, "count", flow.source("keys"), mapper=lambda k: (k, 1), reducer=lambda a, b: a + b
+    )
+    flow.sink("counts", counts)
+    return flow
+
+
+def budgeted_run(
+    spark: SparkSession, work: Path, policy: Any, total: int, rate: int, expected: int = 0
+) -> dict[str, Any]:
+    """The word count over a logical-clock generator, with ``policy`` (None: unbudgeted).
+
+    ``rate`` 0: AvailableNow; else a processing-time query on a generator of ``rate`` rows a
+    second, stopped once ``expected`` rows are released.
+    """
+    from flamestream.spark import apply_graph
+    from flamestream.spark.control.budgeted import LimitBoard
+
+    reader = (
+        spark.readStream.format("flamestream")
+        .option("front", "generator")
+        .option("partitions", 1)  # one front: global times are positions, whatever the batches
+        .option("rowsPerSecond", rate)
+        .option("totalRows", total)
+        .option("keys", 50)
+        .option("clock", "logical")
+    )
+    if not rate:
+        reader = reader.option("maxRecordsPerTrigger", 100)
+    df = apply_graph(
+        word_count(),
+        reader if policy else reader.load(),
+        payload="key",
+        checkpoint_location=str(work),
+        partitions=2,
+        budgets=policy,
+    )
+    writer = (
+        df.writeStream.format("flamestream")
+        .option("checkpointLocation", str(work))
+        .option("sink", "files")
+        .option("path", str(work / "out"))
+    )
+    if rate:
+        query = writer.trigger(processingTime="0 seconds").start()
+        deadline = time.monotonic() + 180
+        while len(released(work / "out")) < expected and time.monotonic() < deadline:
+            time.sleep(0.2)
+        query.stop()
+    else:
+        query = writer.trigger(availableNow=True).start()
+        query.awaitTermination(300)
+    rows = [(r["ts"], r["front"], r["value"]) for r in released(work / "out")]
+    board = LimitBoard(str(work / "flamestream-graph")).entries() if policy else []
+    offsets = work / "offsets"
+    reads = []
+    for batch in sorted(int(p.name) for p in offsets.iterdir() if p.name.isdigit()):
+        for line in (offsets / str(batch)).read_text().splitlines()[2:]:
+            if '"budget"' in line:
+                reads.append(json.loads(line)["budget"])
+    return {"rows": rows, "board": board, "reads": reads}
+
+
+def released(out: Path) -> list[dict[str, Any]]:
+    found = []
+    for part in sorted(out.glob("part-*.jsonl")):
+        found += [json.loads(line) for line in part.read_text().splitlines()]
+    return found
+
+
+def cpu_budget_runs(spark: SparkSession, base: Path, shim: Shim) -> dict[str, Any]:
+    """The CPU the shim measures, and the budget policy holding (or reporting) a CPU budget."""
+    from flamestream.spark.control.budgeted import BudgetPolicy
+
+    out: dict[str, Any] = {"before": shim.request("cpu")}
+    out["fixed"] = budgeted_run(spark, base / "cpu-fixed", None, 600, 0)
+    out["unreachable"] = budgeted_run(
+        spark,
+        base / "cpu-unreachable",
+        BudgetPolicy(max_cpu_us_per_record=0.001, min_rows=50, max_rows=100),
+        600,
+        0,
+    )
+    # measured first, unmanaged (a budget nothing costs that much), then half of that
+    policy = BudgetPolicy(target_latency_ms=8000, min_rows=10, max_cpu_us_per_record=1e9)
+    expected = len(out["fixed"]["rows"])
+    free = budgeted_run(spark, base / "cpu-free", policy, 1500, 150, expected)
+    measured = [e["cpuMs"] / e["rows"] for e in free["board"] if e["cpuMs"] and e["rows"]]
+    budget_us = 1000 * sorted(measured)[len(measured) // 2] / 2
+    held = BudgetPolicy(
+        target_latency_ms=8000, min_rows=10, max_cpu_us_per_record=budget_us, cpu_window_ms=4000
+    )
+    out["free"] = free
+    out["held"] = budgeted_run(spark, base / "cpu-held", held, 1500, 150, expected)
+    out["budgetUs"] = budget_us
+    out["after"] = shim.request("cpu")
     return out
 
 

@@ -90,3 +90,24 @@ def test_budgets_decide_limit_and_layout_and_change_nothing_released(
     decided = [layout for layout in layouts if "reason" in layout]  # the deciding batches'
     assert layouts[-1]["decisions"] >= 1 and "after batch" in decided[-1]["reason"]
     assert len({tuple(layout["assignment"]) for layout in layouts}) >= 2
+
+
+def test_a_front_controller_beside_budgets_is_refused(spark: SparkSession, tmp_path: Path):
+    """One owner of the read limit: the graph's policy, so ``controller=on`` cannot join it.
+
+    Refused when the graph is applied (the front's options are read), before any query.
+    """
+    import pytest
+
+    reader = generator(spark, 100).option("controller", "on")
+    with pytest.raises(Exception, match="option 'controller' = 'on' is invalid") as raised:
+        apply_graph(
+            word_count(),
+            reader,
+            payload="key",
+            checkpoint_location=str(tmp_path),
+            partitions=2,
+            budgets=BudgetPolicy(target_latency_ms=2000),
+        )
+    assert "BudgetPolicy(target_latency_ms=...)" in str(raised.value)
+    assert not (tmp_path / "offsets").exists()  # no query started

@@ -127,3 +127,42 @@ def test_read_tasks_default_to_the_default_parallelism(result: dict[str, Any]) -
     read = [stage["tasks"] for b in batches for stage in b["stages"] if stage["tasks"]]
     assert read and max(len(tasks) for tasks in read) == 2  # 4 sources, 2 tasks
     assert sum(task[2] for tasks in read for task in tasks) == 60  # every record, once
+
+
+def test_the_shim_measures_the_applications_cpu(result: dict[str, Any]) -> None:
+    """``cpu``: the driver's process tree from ``/proc`` (local: every Python worker too)."""
+    before, after = result["cpuBudget"]["before"], result["cpuBudget"]["after"]
+    assert before["measured"] and after["measured"]
+    assert before["driverMs"] > 0 and after["totalMs"] > before["totalMs"]
+    assert before["executorMs"] == {}  # local[2]: the driver is the executor, read directly
+
+
+def test_an_unreachable_cpu_budget_is_reported_and_changes_nothing(
+    result: dict[str, Any],
+) -> None:
+    runs = result["cpuBudget"]
+    fixed, unreachable = runs["fixed"], runs["unreachable"]
+    assert unreachable["rows"] == fixed["rows"] and len(fixed["rows"]) == 600
+    board = unreachable["board"]
+    measured = [entry["cpuMs"] for entry in board[1:]]
+    assert measured and all(ms is not None and ms > 0 for ms in measured), board
+    said = [r for entry in board for r in entry["reasons"] if r.startswith("cpu: not held")]
+    assert said, board
+    assert all(entry["cores"] == 2 for entry in board)  # the live executors' cores
+
+
+def test_a_cpu_budget_makes_batches_larger_and_changes_nothing(result: dict[str, Any]) -> None:
+    """Half the CPU per record the unmanaged run measured: the fronts wait for larger batches."""
+    runs = result["cpuBudget"]
+    free, held, fixed = runs["free"], runs["held"], runs["fixed"]["rows"]
+    # stopped once as many rows were released as the 600-record run's: the same first ones
+    assert free["rows"][: len(fixed)] == fixed == held["rows"][: len(fixed)]
+    waits = [entry["waitRows"] for entry in held["board"]]
+    assert max(waits) > 0, held["board"]
+    assert all(entry["waitRows"] == 0 for entry in free["board"])
+
+    def mean_rows(reads: list[dict[str, Any]]) -> float:
+        rows = [r["rows"] for r in reads[2:] if r["rows"]]  # after the first decisions
+        return sum(rows) / len(rows)
+
+    assert mean_rows(held["reads"]) > 1.5 * mean_rows(free["reads"]), (held["reads"], free["reads"])

@@ -58,8 +58,10 @@ def test_over_budget_asks_for_larger_batches() -> None:
     assert choice.per_record_us is not None and choice.per_record_us > 30.0
     assert choice.wait_rows == math.ceil(100_000 / (AIM * 30.0 - 10.0))
     assert choice.max_wait_ms == 2500.0
-    assert choice.held is False  # not yet: over it now
-    assert not any("not held" in r for r in choice.reasons)
+    assert choice.held is False  # not yet: over it now, and said with what is done
+    assert any("not held" in r and "batches of" in r and "from now" in r for r in choice.reasons)
+    same_size = choose(30.0, 60_000.0, 5000.0, ticks([800] * 3, 100.0, 0.01), 10**6, 2, 1, None)
+    assert same_size.wait_rows == 1600  # one size cannot tell c0 from c1: twice as large
 
 
 def test_per_row_cost_alone_over_budget_is_reported() -> None:
@@ -112,6 +114,8 @@ def test_meter_attributes_only_consecutive_batches() -> None:
     shim.total = 400.0
     assert meter.batch_ms(6, shim) is None  # type: ignore[arg-type]  # batch 5 not read
     assert meter.batch_ms(7, shim) == 0.0  # type: ignore[arg-type]
+    shim.total = 300.0
+    assert meter.batch_ms(8, shim) is None  # type: ignore[arg-type]  # went down
 
 
 def steady(rate: float, cores: int = 2) -> Workload:

@@ -254,7 +254,8 @@ class CpuMeter:
     """The application's CPU between two decisions, read from the JVM shim (``cpu``).
 
     The first reading after a start measures nothing (no reading before it); a reading that
-    skips a batch (two committed since the last) is not attributed to one.
+    skips a batch (two committed since the last) is not attributed to one, nor one lower than
+    the last (a process that left the tree took its CPU along).
     """
 
     last: tuple[int, float] | None = None  #: (batch, the application's CPU ms then)
@@ -266,9 +267,9 @@ class CpuMeter:
             self.last = None
             return None
         before, self.last = self.last, (batch, total)
-        if before is None or before[0] != batch - 1:
-            return None
-        return max(0.0, total - before[1])
+        if before is None or before[0] != batch - 1 or total < before[1]:
+            return None  # a process left the tree with its CPU (orphaned): not a measurement
+        return total - before[1]
 
 
 def application_cpu_ms(shim: Shim | None) -> float | None:

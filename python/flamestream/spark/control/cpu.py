@@ -57,14 +57,13 @@ class CpuChoice:
     """What the CPU rule asks of the next tick, and why.
 
     ``wait_rows``: fronts hold a batch until this many rows wait (0: never), for at most
-    ``max_wait_ms``; ``min_limit``: the read limit is at least this; ``active_ceiling``: at
-    most this many active partitions (None: no ceiling); ``per_record_us``: the measured CPU
-    per record over the window; ``held``: False when the rule could not bring it under.
+    ``max_wait_ms``; ``active_ceiling``: at most this many active partitions (None: no
+    ceiling); ``per_record_us``: the measured CPU per record over the window; ``held``: False
+    while it is over the budget (the reasons say what is done, or why nothing can be).
     """
 
     wait_rows: int = 0
     max_wait_ms: float = 0.0
-    min_limit: int = 0
     active_ceiling: int | None = None
     per_record_us: float | None = None
     held: bool = True
@@ -120,31 +119,11 @@ def choose(
     if measured is None:
         return CpuChoice(active_ceiling=previous_ceiling, reasons=("cpu: not measured yet",))
     said = [f"cpu: {measured:.1f} us/record over {len(window)} ticks (budget {budget_us:g})"]
-    model = CostModel.fit([Tick(t.rows, t.cpu_ms or 0.0) for t in window])
-    held = measured <= budget_us
-    wait, min_limit = 0, 0
-    if model is not None and not model.exact and measured > budget_us:
-        # batches of one size cannot tell a batch's cost from a row's: try twice as large
-        wait = min(latency_limit, 2 * max(t.rows for t in window))
-        said.append(f"cpu: batches of {wait} rows to fit the cost (all of one size so far)")
-    elif model is not None and model.exact and measured > RELAX * budget_us:
-        wanted = rows_for(model, AIM * budget_us)
-        if math.isinf(wanted):
-            said.append(
-                f"cpu: not held: the per-record cost {1000 * model.per_row_ms:.1f} us alone "
-                f"is over the budget at any batch size"
-            )
-            held = False
-        else:
-            wait = min(latency_limit, math.ceil(wanted))
-            min_limit = wait
-            said.append(f"cpu: batches of {wait} rows ({model.overhead_ms:.0f} ms a batch)")
-            if wanted > latency_limit:
-                said.append(
-                    f"cpu: not held: {math.ceil(wanted)} rows a batch needed, "
-                    f"the latency and memory budgets allow {latency_limit}"
-                )
-                held = False
+    wait, cause = _batches(budget_us, measured, window, latency_limit)
+    if wait:
+        said.append(f"cpu: batches of {wait} rows")
+    if measured > budget_us:  # reported every tick it is not held, with what is being done
+        said.append(f"cpu: not held: {measured:.1f} us/record > {budget_us:g} ({cause})")
     found = _ceiling(budget_us, measured, target_latency_ms, window, active, memory_active)
     ceiling = previous_ceiling if isinstance(found, str) else found
     if ceiling is not None and ceiling < active:
@@ -152,12 +131,39 @@ def choose(
     return CpuChoice(
         wait_rows=wait,
         max_wait_ms=target_latency_ms / 2 if wait else 0.0,
-        min_limit=min_limit,
         active_ceiling=ceiling,
         per_record_us=measured,
-        held=held,
+        held=measured <= budget_us,
         reasons=tuple(said),
     )
+
+
+def _batches(
+    budget_us: float, measured: float, window: Sequence[CpuTick], latency_limit: int
+) -> tuple[int, str]:
+    """The batch size the fronts wait for (0: none), and why it does or does not hold."""
+    model = CostModel.fit([Tick(t.rows, t.cpu_ms or 0.0) for t in window])
+    if model is None:
+        return 0, "no rows measured"
+    if not model.exact:
+        if measured <= budget_us:
+            return 0, ""
+        # batches of one size cannot tell a batch's cost from a row's: try twice as large
+        wait = min(latency_limit, 2 * max(t.rows for t in window))
+        return wait, f"batches of one size so far: trying {wait} rows to fit the cost"
+    if measured <= RELAX * budget_us:
+        return 0, ""
+    wanted = rows_for(model, AIM * budget_us)
+    if math.isinf(wanted):
+        per_row = 1000 * model.per_row_ms
+        return 0, f"the per-record cost {per_row:.1f} us alone is over it at any batch size"
+    wait = min(latency_limit, math.ceil(wanted))
+    if wanted > latency_limit:
+        return wait, (
+            f"{math.ceil(wanted)} rows a batch needed ({model.overhead_ms:.0f} ms a batch), "
+            f"the latency and memory budgets allow {latency_limit}"
+        )
+    return wait, f"batches of {wait} rows from now ({model.overhead_ms:.0f} ms a batch)"
 
 
 def _ceiling(

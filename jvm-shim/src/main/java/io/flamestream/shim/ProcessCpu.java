@@ -21,6 +21,11 @@ import java.util.Map;
  * "CPU per record" is read here, over the whole process tree: each live process's user and
  * system time, plus the time of the children it has already reaped ({@code cutime},
  * {@code cstime}), so a Python worker that exits keeps counting in its parent.
+ *
+ * <p>With warm starts ({@code flamestream-python}) Spark's Python processes are forked by a
+ * warm server that outlives the launcher that started it, so it hangs below init, not below
+ * this JVM: the trees of the warm servers serving this JVM (their command line is
+ * {@code -m flamestream.warm_start <base> <this JVM's pid>}) count too.
  */
 final class ProcessCpu {
   /** Clock ticks per second of {@code /proc/<pid>/stat} (USER_HZ: 100 on Linux). */
@@ -50,12 +55,38 @@ final class ProcessCpu {
     }
     long total = 0;
     Deque<Long> todo = new ArrayDeque<>(List.of(self));
+    todo.addAll(warmServers(proc, ticks.keySet(), self));
+    java.util.Set<Long> seen = new java.util.HashSet<>();
     while (!todo.isEmpty()) {
       long pid = todo.pop();
+      if (!seen.add(pid)) {
+        continue; // a warm server still below this JVM
+      }
       total += ticks.getOrDefault(pid, 0L);
       todo.addAll(children.getOrDefault(pid, List.of()));
     }
     return Math.round(total * 1000 / TICKS_PER_SECOND);
+  }
+
+  /** The warm servers serving the JVM {@code jvm} (see the class comment). */
+  private static List<Long> warmServers(Path proc, Iterable<Long> pids, long jvm) {
+    List<Long> found = new ArrayList<>();
+    String tail = "flamestream.warm_start";
+    String owner = Long.toString(jvm);
+    for (long pid : pids) {
+      byte[] raw;
+      try {
+        raw = Files.readAllBytes(proc.resolve(Long.toString(pid)).resolve("cmdline"));
+      } catch (IOException | RuntimeException gone) {
+        continue;
+      }
+      String[] args = new String(raw, java.nio.charset.StandardCharsets.UTF_8).split("\0");
+      int n = args.length;
+      if (n >= 4 && args[n - 3].equals(tail) && args[n - 1].equals(owner)) {
+        found.add(pid);
+      }
+    }
+    return found;
   }
 
   /** {pid, ppid, utime + stime + cutime + cstime} of one process; null if it is gone. */
