@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +85,13 @@ def spark_arguments(parser: argparse.ArgumentParser) -> None:
     add("--settle", type=float, default=3.0, help="records of the first seconds not measured")
     add("--timeout", type=float, default=300.0, help="seconds for the first planning")
     add("--spark-work", type=Path, default=None, help="checkpoints and outputs (default: tmp)")
+    add(
+        "--spark-cpu-us",
+        type=float,
+        default=0.0,
+        help="CPU budget, us a record (0: from the sweep)",
+    )
+    add("--spark-cpu-window-ms", type=float, default=10_000.0, help="the CPU budget's window")
 
 
 def spark_part(args: argparse.Namespace) -> dict[str, Any]:
@@ -94,9 +101,10 @@ def spark_part(args: argparse.Namespace) -> dict[str, Any]:
     work, _, spark, shim = pipeline.setup("budgets", args.spark_work)
     try:
         version = spark.version
-        data, variants = budget_spark.run_all(spark, work, args)
+        data, variants = budget_spark.run_all(spark, work, args, shim)
     finally:
         spark.stop()
+    cpu_budget = variants.pop("cpu_budget_us", None)
     budget = round(args.spark_budget_kb * 1000)
     for figures in variants.values():
         if "p99_ms" in figures:
@@ -109,8 +117,12 @@ def spark_part(args: argparse.Namespace) -> dict[str, Any]:
         "shim": shim is not None,
         "input": data | {"keys": args.spark_keys, "burst": args.spark_burst},
         "budget_bytes": budget,
+        "cpu_budget_us_per_record": cpu_budget,
         "variants": variants,
         "ratios": compare(measured) if "controller" in measured else {},
+        "ratios_three_budgets": compare(measured, "controller-cpu")
+        if "controller-cpu" in measured
+        else {},
     }
 
 
@@ -154,6 +166,20 @@ def simulated(args: argparse.Namespace) -> dict[str, Any]:
             name = f"fixed-{'nolimit' if limit == NO_LIMIT else limit}x{n}"
             runs[name] = simulate(workload, budgets, start, fixed())
     variants = {name: run.summary(budget) for name, run in runs.items()}
+    # all three budgets: CPU 0.9x the cheapest fixed setting's that held the state budget
+    cheapest = min(
+        (
+            v["cpu_us_per_record"]
+            for n, v in variants.items()
+            if n.startswith("fixed-") and v["budget_held"]
+        ),
+        default=None,
+    )
+    if cheapest is not None:
+        three = replace(budgets, max_cpu_us_per_record=round(0.9 * cheapest, 1))
+        run = simulate(workload, three, first, controller(three))
+        runs["controller-cpu"] = run
+        variants["controller-cpu"] = run.summary(budget)
     ratios = compare(variants)
     best = ratios.get("best_fixed_overall")
     return {
@@ -163,6 +189,10 @@ def simulated(args: argparse.Namespace) -> dict[str, Any]:
         "budgets": asdict(budgets),
         "variants": variants,
         "ratios": ratios,
+        "ratios_three_budgets": compare(variants, "controller-cpu")
+        if "controller-cpu" in variants
+        else {},
+        "cpu_budget_us_per_record": round(0.9 * cheapest, 1) if cheapest else None,
         "controller_ticks": runs["controller"].ticks,
         "best_fixed_ticks": [
             {k: t[k] for k in ("end_s", "rows", "peak_partition_bytes")} for t in runs[best].ticks
@@ -172,9 +202,12 @@ def simulated(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def compare(variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The controller against the best fixed setting by p99, overall and within budget."""
-    ours = variants["controller"]
+def compare(variants: dict[str, dict[str, Any]], name: str = "controller") -> dict[str, Any]:
+    """Controller ``name`` against the best fixed setting by p99, overall and within budget.
+
+    With CPU figures (``cpu_us_per_record``), its CPU per record against the same ones.
+    """
+    ours = variants[name]
     fixed_ones = {n: v for n, v in variants.items() if n.startswith("fixed-")}
     held = {n: v for n, v in fixed_ones.items() if v["budget_held"]}
     out: dict[str, Any] = {"controller_budget_held": ours["budget_held"]}
@@ -190,6 +223,10 @@ def compare(variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
         out[f"throughput_controller_vs_best_fixed_{label}"] = round(
             ours["rows_per_second"] / max(pool[best]["rows_per_second"], 1e-9), 3
         )
+        if ours.get("cpu_us_per_record") and pool[best].get("cpu_us_per_record"):
+            out[f"cpu_controller_vs_best_fixed_{label}"] = round(
+                ours["cpu_us_per_record"] / pool[best]["cpu_us_per_record"], 3
+            )
     return out
 
 

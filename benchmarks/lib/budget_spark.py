@@ -84,6 +84,37 @@ def controller_peak(ck: Path) -> tuple[int, list[dict[str, Any]]]:
     return max((int(e["peakPartitionBytes"]) for e in entries), default=0), entries
 
 
+def planning_ms(ck: Path) -> dict[str, float | None]:
+    """Per batch, planning's wall time: batch ``b``'s offset written after ``b - 1``'s commit.
+
+    What every source's ``latestOffset`` took (the fronts' and, with budgets, the control
+    channel's decision): median and 90th percentile over the run's batches, ms.
+    """
+    from flamestream.spark.durable import QueryCheckpoint
+
+    log = QueryCheckpoint(str(ck))
+    found = []
+    for b in log.logged_batches():
+        try:
+            planned = Path(log.offset_path(b)).stat().st_mtime
+            committed = (ck / "commits" / str(b - 1)).stat().st_mtime
+        except FileNotFoundError:
+            continue
+        found.append(1000 * (planned - committed))
+    ordered = sorted(found)
+    return {
+        "planning_p50_ms": round(percentile(ordered, 50), 1) if ordered else None,
+        "planning_p90_ms": round(percentile(ordered, 90), 1) if ordered else None,
+    }
+
+
+def cpu_ms(shim: Any) -> float | None:
+    """The application's CPU so far (the JVM shim's ``cpu``: every process below Spark)."""
+    from flamestream.spark.control.budgeted import application_cpu_ms
+
+    return application_cpu_ms(shim)
+
+
 def analyse(ck: Path, rates: Any, total: int, watched: Watched, settle: float) -> dict[str, Any]:
     """p50/p99 latency and throughput of one run, from its checkpoint."""
     ck_read = checkpoint.read(ck)
@@ -101,28 +132,33 @@ def analyse(ck: Path, rates: Any, total: int, watched: Watched, settle: float) -
         "rows_per_second": round(found.released / span, 1) if span > 0 else 0.0,
         "released_rows": found.released,
         "censored_rows": found.censored + found.unread,
+        **planning_ms(ck),
     }
+
+
+def controller(args: argparse.Namespace, cpu_us: float | None = None) -> dict[str, Any]:
+    """The budget policy's variant: latency and memory budgets, and CPU if ``cpu_us``."""
+    from flamestream.spark.control.budgeted import BudgetPolicy
+
+    policy = BudgetPolicy(
+        target_latency_ms=args.spark_target_ms,
+        max_state_bytes_per_partition=round(args.spark_budget_kb * 1000),
+        min_rows=100,
+        max_moves=args.max_moves,
+        cores=args.cores,
+        max_cpu_us_per_record=cpu_us,
+        cpu_window_ms=args.spark_cpu_window_ms,
+    )
+    return {"front": {}, "applied": {"partitions": args.spark_partitions, "budgets": policy}}
 
 
 def variants(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    """Per variant: the front's extra options and what ``apply_graph`` gets."""
-    from flamestream.spark.control.budgeted import BudgetPolicy
+    """Per variant: the front's extra options and what ``apply_graph`` gets.
 
-    found: dict[str, dict[str, Any]] = {
-        "controller": {
-            "front": {},
-            "applied": {
-                "partitions": args.spark_partitions,
-                "budgets": BudgetPolicy(
-                    target_latency_ms=args.spark_target_ms,
-                    max_state_bytes_per_partition=round(args.spark_budget_kb * 1000),
-                    min_rows=100,
-                    max_moves=args.max_moves,
-                    cores=args.cores,
-                ),
-            },
-        }
-    }
+    ``controller-cpu`` (all three budgets) is added by :func:`run_all` after the fixed
+    sweep, its CPU budget from the sweep unless ``--spark-cpu-us`` says.
+    """
+    found: dict[str, dict[str, Any]] = {"controller": controller(args)}
     for limit in args.spark_limits:
         for n in args.spark_actives:
             front = {"maxRecordsPerTrigger": limit} if limit else {}
@@ -144,10 +180,29 @@ def warm_up(spark: Any, work: Workdir, common: Mapping[str, Any], timeout: float
     work.drop(out, ck)
 
 
+def cpu_budget(args: argparse.Namespace, results: Mapping[str, Any]) -> float | None:
+    """The CPU budget of ``controller-cpu``, us a record.
+
+    ``--spark-cpu-us``, else 0.9x the CPU per record of the cheapest fixed setting that held
+    the memory budget (a budget no fixed setting within the others meets).
+    """
+    if args.spark_cpu_us:
+        return float(args.spark_cpu_us)
+    budget = round(args.spark_budget_kb * 1000)
+    held = [
+        v["cpu_us_per_record"]
+        for n, v in results.items()
+        if n.startswith("fixed-")
+        and v.get("cpu_us_per_record")
+        and v.get("peak_state_bytes_per_partition", budget + 1) <= budget
+    ]
+    return round(0.9 * min(held), 1) if held else None
+
+
 def run_all(
-    spark: Any, work: Workdir, args: argparse.Namespace
+    spark: Any, work: Workdir, args: argparse.Namespace, shim: Any = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Every variant in turn; the input, and per variant its figures."""
+    """Every variant in turn; the input, and per variant its figures (CPU with the shim)."""
     rate_steps, skew_steps, total, rates = schedule(args)
     common = {
         "rateSteps": rate_steps,
@@ -158,7 +213,9 @@ def run_all(
     results: dict[str, Any] = {}
     limit = args.spark_seconds + args.drain
     warm_up(spark, work, common, args.timeout)
-    for name, variant in variants(args).items():
+    todo = list(variants(args).items())
+    while todo:
+        name, variant = todo.pop(0)
         front = {**common, **variant["front"]}
 
         def run(
@@ -182,6 +239,15 @@ def run_all(
             return figures
 
         entry = {"options": {k: str(v) for k, v in variant["front"].items()}}
+        before = cpu_ms(shim)
         results[name] = pipeline.run_variant(work, name, entry, run)
+        after, rows = cpu_ms(shim), results[name].get("released_rows")
+        if before is not None and after is not None and rows:
+            results[name]["cpu_us_per_record"] = round(1000 * (after - before) / rows, 1)
+        if not todo and "controller-cpu" not in results:
+            budget = cpu_budget(args, results)
+            if budget is not None:
+                todo.append(("controller-cpu", controller(args, budget)))
+                results["cpu_budget_us"] = budget
     data = {"rate_steps": rate_steps, "skew_steps": skew_steps, "total_rows": total}
     return data, results

@@ -405,6 +405,8 @@ class BudgetController:
                     limit=int(last["limit"]),
                     growth_per_item=None if growth is None else float(growth),
                     cpu_ceiling=None if ceiling is None else int(ceiling),
+                    wait_rows=int(last.get("waitRows", 0)),
+                    max_wait_ms=float(last.get("maxWaitMs", 0.0)),
                 )
         used = max(assignment) + 1  # a layout never uses a partition beyond the active ones
         return replace(current, assignment=tuple(assignment), active=max(active or used, used))

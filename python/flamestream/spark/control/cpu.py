@@ -18,9 +18,13 @@ policy picks a cheaper one, in this order:
 2. **Fewer active partitions.** Each keyed task pays for restoring and saving its slots and
    for its Python worker's start: one partition fewer per tick while over the budget, if the
    last batch would still end within half the latency budget on the fewer cores (and never
-   below what the memory budget needs). Back up one per tick once well under (half) the
-   budget.
+   below what the memory budget needs). The ceiling goes at once when the last tick took
+   more than half the latency budget or left more rows waiting than it read (a burst: latency
+   first); under the budget it stays (giving partitions back would raise the cost again:
+   the rule would flap, and every flap moves state).
 
+Batch sizes follow the fit both ways (smaller once the fitted cost allows it); while the
+batches are all of one size (no fit) and the budget holds, the last ones asked for stay.
 The memory budget comes first, then latency, then CPU: when a cheaper setting would break
 one of those, or when the per-record cost ``c1`` alone is over the budget, the rule says so
 (a ``cpu: not held`` reason, logged by the controller) and keeps the setting that holds the
@@ -35,9 +39,6 @@ from dataclasses import dataclass
 
 from flamestream.spark.control.admission import CostModel, Tick
 
-#: Under this share of the budget, the CPU rule gives back what it took (no flapping).
-RELAX = 0.5
-
 #: Batch sizes are chosen for this share of the budget (headroom for the noise).
 AIM = 0.8
 
@@ -50,6 +51,7 @@ class CpuTick:
     duration_ms: float
     cpu_ms: float | None
     active: int
+    backlog: int = 0
 
 
 @dataclass(frozen=True)
@@ -108,18 +110,21 @@ def choose(
     active: int,
     memory_active: int,
     previous_ceiling: int | None,
+    previous_wait: int = 0,
 ) -> CpuChoice:
     """The CPU rule's choice for the next tick (pure; see the module docstring).
 
     ``latency_limit``: the largest batch the latency (and memory) rules allow;
-    ``memory_active``: the partitions the memory budget needs at least.
+    ``memory_active``: the partitions the memory budget needs at least; ``previous_ceiling``
+    and ``previous_wait``: what the last decision chose (kept while nothing says otherwise:
+    the batches it made are all of one size, which no fit can read).
     """
     window = windowed(ticks, window_ms)
     measured = per_record_us(window)
     if measured is None:
         return CpuChoice(active_ceiling=previous_ceiling, reasons=("cpu: not measured yet",))
     said = [f"cpu: {measured:.1f} us/record over {len(window)} ticks (budget {budget_us:g})"]
-    wait, cause = _batches(budget_us, measured, window, latency_limit)
+    wait, cause = _batches(budget_us, measured, window, latency_limit, previous_wait)
     if wait:
         said.append(f"cpu: batches of {wait} rows")
     if measured > budget_us:  # reported every tick it is not held, with what is being done
@@ -139,20 +144,22 @@ def choose(
 
 
 def _batches(
-    budget_us: float, measured: float, window: Sequence[CpuTick], latency_limit: int
+    budget_us: float,
+    measured: float,
+    window: Sequence[CpuTick],
+    latency_limit: int,
+    previous: int,
 ) -> tuple[int, str]:
     """The batch size the fronts wait for (0: none), and why it does or does not hold."""
     model = CostModel.fit([Tick(t.rows, t.cpu_ms or 0.0) for t in window])
     if model is None:
         return 0, "no rows measured"
     if not model.exact:
-        if measured <= budget_us:
-            return 0, ""
+        if measured <= budget_us:  # held with the batches the last decision asked for
+            return min(previous, latency_limit), "the batches asked for"
         # batches of one size cannot tell a batch's cost from a row's: try twice as large
         wait = min(latency_limit, 2 * max(t.rows for t in window))
         return wait, f"batches of one size so far: trying {wait} rows to fit the cost"
-    if measured <= RELAX * budget_us:
-        return 0, ""
     wanted = rows_for(model, AIM * budget_us)
     if math.isinf(wanted):
         per_row = 1000 * model.per_row_ms
@@ -174,17 +181,16 @@ def _ceiling(
     active: int,
     memory_active: int,
 ) -> int | str | None:
-    """Active partitions at most: one fewer while over, no ceiling once well under.
+    """Active partitions at most: one fewer while over, none under latency pressure.
 
     ``"keep"``: the previous ceiling stands (between the two marks).
     """
     last = window[-1]
+    if last.duration_ms > target_latency_ms / 2 or last.backlog > last.rows:
+        return None  # latency first: a backlog or a slow tick gets every core back
     if measured > budget_us and active > max(1, memory_active):
         fewer = active - 1
         # a batch on fewer cores takes longer: only if it still fits the latency rule
         if last.duration_ms * active / fewer <= target_latency_ms / 2:
             return fewer
-        return "keep"
-    if measured < RELAX * budget_us:
-        return None
     return "keep"

@@ -577,7 +577,7 @@ def _cpu_choice(
             / (budgets.high_water * budgets.max_state_bytes_per_partition)
         )
     ticks = [
-        cpu_rule.CpuTick(m.rows, m.duration_ms, m.cpu_ms, m.active or setting.active)
+        cpu_rule.CpuTick(m.rows, m.duration_ms, m.cpu_ms, m.active or setting.active, m.backlog)
         for m in history
     ]
     return cpu_rule.choose(
@@ -589,6 +589,7 @@ def _cpu_choice(
         min(active, setting.active),
         memory_active,
         setting.cpu_ceiling,
+        setting.wait_rows,
     )
 
 
