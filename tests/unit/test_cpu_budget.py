@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flamestream.errors import ConfigError
+from flamestream.jvm import Shim
 from flamestream.spark.connector.options import OptionReader
 from flamestream.spark.control.admission import CostModel
 from flamestream.spark.control.budgeted import BudgetPolicy, CpuMeter
@@ -213,3 +214,38 @@ def test_cpu_options_round_trip_and_are_validated() -> None:
     bad = {**policy.options(4), "maxCpuMicrosPerRecord": "-1"}
     with pytest.raises(ConfigError, match="maxCpuMicrosPerRecord"):
         BudgetPolicy.parse(OptionReader("control", bad))
+
+
+class Endpoint(Shim):
+    """A shim client whose endpoint replies ``executors`` (the cores bookkeeping only)."""
+
+    def __init__(self, cores: int) -> None:
+        super().__init__(0, "", {})
+        self.cores = cores
+
+    def request(self, op: str, timeout: float = 5.0, **fields: object) -> dict[str, object]:
+        assert op == "executors"
+        return {"executors": 1, "cores": self.cores, "list": []}
+
+
+def test_cores_follow_the_live_executors_unless_declared() -> None:
+    from flamestream.spark.control.budgeted import BudgetController
+
+    follows = BudgetController(BudgetPolicy(start_cores=2), partitions=8)
+    follows._shim = Endpoint(6)
+    assert follows.cores() == 6  # the cluster grew since the query started
+    follows._shim = None
+    assert follows.cores() == 2  # no shim: Spark's default parallelism at the start
+    pinned = BudgetController(BudgetPolicy(cores=3, start_cores=2), partitions=8)
+    pinned._shim = Endpoint(6)
+    assert pinned.cores() == 3
+
+
+def test_budgets_own_the_cluster_following(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``follow_cluster`` beside budgets: the policy follows the cores, no second follower."""
+    from flamestream.spark.control.channels import ControlReader
+    from flamestream.spark.control.key_layout import ElasticPolicy
+
+    follow = ElasticPolicy(follow_cluster=True)
+    assert ControlReader(str(tmp_path), 4, follow).follower is not None
+    assert ControlReader(str(tmp_path), 4, follow, BudgetPolicy()).follower is None

@@ -300,7 +300,7 @@ class BudgetController:
         """The JVM shim's endpoint, looked for once."""
         if self._shim is False:
             self._shim = Shim.find()
-        return self._shim if isinstance(self._shim, Shim) else None
+        return None if isinstance(self._shim, bool) else self._shim
 
     def cores(self) -> int:
         """The keyed tasks' cores: declared, else the live executors', else at start."""
