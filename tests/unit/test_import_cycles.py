@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Container, Iterator
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2] / "python"
@@ -75,13 +76,20 @@ def _imported(
     ]
 
 
+@cache
+def _parsed() -> dict[str, tuple[ast.Module, bool]]:
+    """Every module's syntax tree, and whether it is a package (parsed once for the tests)."""
+    return {
+        name: (ast.parse(path.read_text(), str(path)), path.name == "__init__.py")
+        for name, path in _modules().items()
+    }
+
+
 def import_graph(later: bool = False) -> dict[str, set[str]]:
     """Each module -> the project's modules it imports at import time (``later``: or after)."""
-    modules = _modules()
+    modules = _parsed()
     graph: dict[str, set[str]] = {}
-    for name, path in modules.items():
-        tree = ast.parse(path.read_text(), str(path))
-        is_package = path.name == "__init__.py"
+    for name, (tree, is_package) in modules.items():
         graph[name] = {
             target
             for node in _imports(tree.body, later)
