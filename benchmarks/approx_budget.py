@@ -180,7 +180,7 @@ def figures(
 
 def one_run(variant: str, args: Any, work: Path) -> dict[str, Any]:
     """:func:`child` in a fresh process (a fresh session, fresh workers)."""
-    from flamestream.launcher import worker_python
+    from flamestream.python_env import worker_python
 
     work.mkdir(parents=True)
     command = [sys.executable, "-m", "benchmarks.approx_budget", "--child", variant]

@@ -30,7 +30,7 @@ from typing import Any
 from benchmarks.lib import cli
 from benchmarks.lib.record import emit, load_averages, machine
 from benchmarks.lib.stats import median
-from flamestream.launcher import worker_python
+from flamestream.python_env import worker_python
 
 #: The module Spark runs for a streaming Python data source, on the driver.
 RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"

@@ -24,7 +24,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from flamestream.launcher import worker_python
+from flamestream.python_env import worker_python
 from flamestream.spark.connector import faults
 
 from .sessions import local_session

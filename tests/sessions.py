@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
-from flamestream.launcher import RECOMMENDED_CONF, worker_python
+from flamestream.python_env import RECOMMENDED_CONF, worker_python
 
 
 def local_session(master: str = "local[2]", conf: Mapping[str, str] | None = None) -> SparkSession:

@@ -17,7 +17,7 @@ def local_spark(app: str, conf: Mapping[str, str] | None = None) -> Any:
     """
     from pyspark.sql import SparkSession
 
-    from flamestream.launcher import RECOMMENDED_CONF
+    from flamestream.python_env import RECOMMENDED_CONF
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (

@@ -27,15 +27,16 @@ runners), it
 4. runs ``<module>`` as ``__main__`` (``runpy``, like ``python -m``).
 
 Before any of that, a process started for a module (a worker, the daemon, a source runner)
-gets :data:`ARROW_JEMALLOC_CONF` in its environment unless the user set that variable:
+gets ``python_env.ARROW_JEMALLOC_CONF`` in its environment unless the user set that variable:
 jemalloc reads it once, when pyarrow loads, so a worker cannot set it for itself
 (``flamestream.spark.exec.worker.worker_setup`` explains why workers keep freed pages). A process
 the launcher runs for Spark (one that connects back, or the daemon and the workers it forks)
-also gets :data:`LAUNCHED` = the module, so that a query's source runner can tell it was
+also gets ``python_env.LAUNCHED`` = the module, so that a query's source runner can tell it was
 started the fast way (``flamestream.session.slow_runner_warning``).
 
 What the process does after connecting is unchanged; the JVM waits for it without the 10 s
-limit. The launcher imports nothing of flamestream or pyspark before step 2 (a test checks).
+limit. Before step 2 the launcher imports only the standard library and two modules of
+flamestream that do too (``warm_start``, ``python_env``); no pyspark (a test checks).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ import struct
 import sys
 
 from flamestream import warm_start
+from flamestream.python_env import ARROW_JEMALLOC_CONF, LAUNCHED
 
 TYPE_CHECKING = False  # ``typing`` takes 16 ms to import, in every process Spark starts
 if TYPE_CHECKING:
@@ -53,33 +55,6 @@ if TYPE_CHECKING:
 
 #: The module Spark starts as a daemon that forks workers: it does not connect back itself.
 DAEMON = "pyspark.daemon"
-#: The environment variable pyarrow's bundled jemalloc reads its options from, and ours for
-#: Spark's Python processes: freed pages are kept for reuse, never handed back
-ARROW_JEMALLOC_CONF = ("JE_ARROW_MALLOC_CONF", "dirty_decay_ms:-1,muzzy_decay_ms:-1")
-#: The environment variable marking a Spark process run by this launcher (value: the module).
-#: Not set when the launcher only hands its arguments to the interpreter (a script, ``-c``, a
-#: module that does not connect back): a driver started so is the user's, and the Spark JVM it
-#: starts (which inherits its environment) may well start its own processes without us.
-LAUNCHED = "FLAMESTREAM_LAUNCHED"
-
-
-#: The Spark settings flamestream's Python processes want, for a session's ``config`` (or
-#: ``spark-defaults.conf``) before its SparkContext starts:
-#: ``spark.python.unix.domain.socket.enabled`` has the JVM and its Python workers talk over a
-#: Unix socket instead of TCP on localhost. Over TCP each Python task of a small micro-batch
-#: waited ~40 ms for nothing (a front's read task of 2,000 rows: ~55 ms, ~15 ms so); every
-#: stage of a graph is such a task (docs/benchmarks.md, "Python workers over Unix sockets").
-RECOMMENDED_CONF: dict[str, Any] = {"spark.python.unix.domain.socket.enabled": "true"}
-
-
-def worker_python() -> str:
-    """The ``flamestream-python`` beside this interpreter if installed, else this interpreter.
-
-    What ``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON`` should name for Spark's workers and
-    data source runners (``flamestream.configure`` sets both).
-    """
-    beside = os.path.join(os.path.dirname(sys.executable), "flamestream-python")
-    return beside if os.access(beside, os.X_OK) else sys.executable
 
 
 def _module_of(argv: list[str]) -> tuple[str, list[str]] | None:

@@ -8,7 +8,7 @@ What a user would otherwise copy by hand (``conf/spark-defaults.conf``, ``PYSPAR
   (a checkout after ``make setup``, or ``python -m flamestream.jvm install``);
 - the plugin and both listeners (``spark.plugins``, ``spark.extraListeners``,
   ``spark.sql.streaming.streamingQueryListeners``), added to any the builder already has;
-- :data:`flamestream.launcher.RECOMMENDED_CONF`;
+- :data:`flamestream.python_env.RECOMMENDED_CONF`;
 - ``spark.sql.shuffle.partitions`` = the application's cores (:func:`default_shuffle_partitions`:
   ``local[N]`` -> N, a cluster's cores where its confs tell them), unless the user set it (on
   the builder, in ``spark-defaults.conf`` or ``PYSPARK_SUBMIT_ARGS``): Spark's 200 made every
@@ -47,14 +47,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from flamestream import jvm
-from flamestream.launcher import LAUNCHED, RECOMMENDED_CONF, worker_python
+from flamestream.python_env import LAUNCHED, LAUNCHER, RECOMMENDED_CONF, worker_python
 
 _log = logging.getLogger(__name__)
 
 #: The environment variables naming Spark's Python: workers', then the data source runners'.
 PYTHON_ENV = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
-#: The launcher's command name (``flamestream.launcher``).
-LAUNCHER = "flamestream-python"
 #: The module Spark runs a streaming Python source's runner as: one process per query start.
 SOURCE_RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
 #: Comma-separated confs that may hold other classes or jars too: ours are added to them.
@@ -243,7 +241,7 @@ def merge_conf(existing: Mapping[str, Any], ours: Mapping[str, str]) -> dict[str
         elif before and before.lower() != value.lower():
             _log.warning(
                 "flamestream: the session sets %s=%s, flamestream recommends %s "
-                "(flamestream.launcher.RECOMMENDED_CONF): keeping the session's",
+                "(flamestream.python_env.RECOMMENDED_CONF): keeping the session's",
                 key,
                 before,
                 value,

@@ -27,6 +27,7 @@ from pyspark.sql.types import StructType
 
 from flamestream.errors import ConfigError
 from flamestream.jvm import conf_defaults
+from flamestream.session import warn_if_slow_runner
 from flamestream.spark.connector.front import (
     META_FIELDS,
     FrontBatchReader,
@@ -232,8 +233,6 @@ class FlameStreamDataSource(DataSource):
             return ControlReader(*control)
         source, config = self._front_source()
         # once per query: a graph's loop and control channels (above) run beside a front
-        from flamestream.session import warn_if_slow_runner
-
         warn_if_slow_runner()
         if isinstance(source, HistoryThenLive):
             return HistoryThenLiveReader(source, config, self._backfill_limit)

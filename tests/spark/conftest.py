@@ -14,7 +14,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from flamestream.launcher import worker_python
+from flamestream.python_env import worker_python
 
 
 @pytest.fixture(scope="session")

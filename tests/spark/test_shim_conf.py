@@ -18,7 +18,7 @@ import pyspark
 import pytest
 
 from flamestream.jvm import SHIM_VERSION, ShimError, check_jar, locate_jar
-from flamestream.launcher import worker_python
+from flamestream.python_env import worker_python
 
 ROOT = Path(__file__).resolve().parents[2]
 

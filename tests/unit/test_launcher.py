@@ -20,10 +20,10 @@ from typing import Any
 import pyspark.util
 import pyspark.worker_util
 
-from flamestream import launcher, warm_start
+from flamestream import launcher, python_env, warm_start
 
 ROOT = Path(__file__).resolve().parents[2]
-LAUNCHER = launcher.worker_python()
+LAUNCHER = python_env.worker_python()
 
 
 def read_exactly(conn: socket.socket, size: int) -> bytes:
@@ -90,10 +90,10 @@ def test_the_launcher_is_installed_with_the_project():
 
 def test_without_connect_back_it_is_the_plain_interpreter():
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON_WORKER_FACTORY")}
-    env.pop(launcher.LAUNCHED, None)
+    env.pop(python_env.LAUNCHED, None)
     code = "import os, sys; print(sys.executable, sys.argv[1:2], os.environ.get(sys.argv[2]))"
     done = subprocess.run(
-        [LAUNCHER, "-c", code, "x", launcher.LAUNCHED],
+        [LAUNCHER, "-c", code, "x", python_env.LAUNCHED],
         env=env,
         capture_output=True,
         text=True,
@@ -143,7 +143,7 @@ def test_hand_over_serves_its_address_once_and_other_connections_as_before(monke
 def jemalloc_probe(*, env: dict[str, str] | None = None, as_module: bool = True) -> Any:
     """What ``tests.unit.jemalloc_probe`` reports, started through the launcher."""
     probe = ["-m", "tests.unit.jemalloc_probe"] if as_module else ["tests/unit/jemalloc_probe.py"]
-    environ = {k: v for k, v in os.environ.items() if k != launcher.ARROW_JEMALLOC_CONF[0]}
+    environ = {k: v for k, v in os.environ.items() if k != python_env.ARROW_JEMALLOC_CONF[0]}
     done = subprocess.run(
         [LAUNCHER, *probe], cwd=ROOT, env={**environ, **(env or {})},
         capture_output=True, text=True, check=True, timeout=120,
@@ -155,7 +155,7 @@ def test_spark_processes_keep_arrow_pages_freed_in_jemalloc():
     """Started for a module (as Spark starts its Python processes), jemalloc keeps what is
     freed: a second buffer of the same size reuses the first one's pages instead of faulting
     them in again. A user's own options are kept; a script is left as it is."""
-    name, value = launcher.ARROW_JEMALLOC_CONF
+    name, value = python_env.ARROW_JEMALLOC_CONF
     ours = jemalloc_probe()
     assert ours["conf"] == value
     first, second = ours["faults"]
@@ -173,7 +173,7 @@ def test_a_session_without_the_recommended_conf_is_warned_about_once(caplog, mon
         return SimpleNamespace(sparkContext=SimpleNamespace(getConf=lambda: conf))
 
     monkeypatch.setattr(apply, "_warned", set())
-    apply._check_recommended_conf(session(dict(launcher.RECOMMENDED_CONF)))
+    apply._check_recommended_conf(session(dict(python_env.RECOMMENDED_CONF)))
     assert not caplog.records  # all set: nothing to say
     apply._check_recommended_conf(session({}))
     apply._check_recommended_conf(session({}))
@@ -189,5 +189,5 @@ def test_every_recommended_setting_is_a_line_of_the_conf_file_users_add():
     settings = dict(
         line.split(None, 1) for line in lines if line.strip() and not line.startswith("#")
     )
-    for name, value in launcher.RECOMMENDED_CONF.items():
+    for name, value in python_env.RECOMMENDED_CONF.items():
         assert settings.get(name, "").strip() == value, f"{name} {value} not in {conf_file.name}"

@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 import flamestream
 from flamestream import Dataflow, count, jvm, session
 from flamestream.errors import ConfigError
-from flamestream.launcher import LAUNCHED, RECOMMENDED_CONF
+from flamestream.python_env import LAUNCHED, RECOMMENDED_CONF
 from flamestream.spark import key_partitions
 from flamestream.spark.key_partitions import KeyPartitions
 

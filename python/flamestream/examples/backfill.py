@@ -45,7 +45,7 @@ from flamestream.examples.stream_files import (
     watch,
 )
 from flamestream.examples.wordcount import load_sample
-from flamestream.launcher import worker_python
+from flamestream.python_env import worker_python
 
 #: The archive's files: line n of the archive goes to ARCHIVE[n % 2].
 ARCHIVE = ("archive-0.txt", "archive-1.txt")

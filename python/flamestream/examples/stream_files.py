@@ -38,7 +38,7 @@ from typing import Any
 
 from flamestream import Dataflow, Reduced, map_reduce
 from flamestream.examples.wordcount import load_sample, split_words
-from flamestream.launcher import RECOMMENDED_CONF, worker_python
+from flamestream.python_env import RECOMMENDED_CONF, worker_python
 
 #: The fronts: file name -> (seconds behind the text's timeline, seconds between appends).
 #: ``north`` appends each line on time, ``east`` each a second late, ``south`` its lines in

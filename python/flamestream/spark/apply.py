@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from flamestream.errors import ConfigError, GraphError
 from flamestream.graph.dataflow import Dataflow
 from flamestream.graph.logical import LogicalGraph
-from flamestream.launcher import RECOMMENDED_CONF
+from flamestream.python_env import RECOMMENDED_CONF
 from flamestream.spark import key_partitions
 from flamestream.spark.control.budgeted import INITIAL_LIMIT, LIMIT_FROM, BudgetPolicy
 from flamestream.spark.control.handle import QueryControl
@@ -808,7 +808,7 @@ def _check_recommended_conf(session: Any) -> None:
             _warned.add(name)
             _log.warning(
                 "flamestream: %s is not %s: set it in the session's config or "
-                "spark-defaults.conf (flamestream.launcher.RECOMMENDED_CONF)",
+                "spark-defaults.conf (flamestream.python_env.RECOMMENDED_CONF)",
                 name,
                 wanted,
             )

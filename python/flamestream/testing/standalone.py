@@ -44,7 +44,7 @@ from typing import Any
 import pyspark
 
 from flamestream.errors import FlameStreamError
-from flamestream.launcher import worker_python
+from flamestream.python_env import worker_python
 from flamestream.testing.services import LiveServices, free_ports
 
 __all__ = ["StandaloneCluster", "StandaloneClusterError", "app_conf", "spark_class"]
@@ -89,7 +89,7 @@ def app_conf(executor_memory: str = "512m", executors: int = 2) -> dict[str, str
 
     The driver binds and advertises loopback; each executor gets one core and
     ``executor_memory``; the executors run ``flamestream-python`` of this virtualenv (see
-    :func:`flamestream.launcher.worker_python`); the first task waits until every executor
+    :func:`flamestream.python_env.worker_python`); the first task waits until every executor
     registered, so a run's tasks spread over every Worker as they would on a warm cluster.
     """
     return {

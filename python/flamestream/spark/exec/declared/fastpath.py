@@ -108,15 +108,13 @@ class MapReduceCycle:
         Returns the row in ``leaving`` of each key's last leaving item, keys in order of first
         sight: what ``Leaving.latest`` keeps of the rows, found without comparing metas.
         """
-        mark = len(leaving)
-        folded = self._fold_in_order(state, columns, determinants, leaving, min_time)
+        folded = leaving.fold(
+            self.exit_to,
+            lambda: self._fold_in_order(state, columns, determinants, leaving, min_time),
+        )
         if folded is None:
-            leaving.take_back(mark)
             return None
         keys, decoded = folded
-        added = len(leaving.times) - mark
-        leaving.dests += [self.exit_to] * added
-        leaving.flags += [0] * added
         self._keep_last_reduced(state, keys, decoded)
         return [held[6] for held in keys.values()]
 
@@ -131,7 +129,7 @@ class MapReduceCycle:
         """The first pass of :meth:`run_in_order`: check and fold every row, touching no state.
 
         Appends the leaving rows (not their destinations and flags); returns None at the first
-        row out of order (the caller takes back what was appended).
+        row out of order (``Leaving.fold`` takes back what was appended).
         """
         fold, merge = self.reduce.fold, self.merge
         chosen = self._reduce_for if self.sketch is not None else None
@@ -241,10 +239,7 @@ class MapReduceCycle:
         reduce, merge, exit_to = self.reduce, self.merge, self.exit_to
         chosen = self._reduce_for if self.sketch is not None else None
         exit_tail, back_tail = self.exit_tail, self.back_tail
-        pack = _LOCAL.pack
-        out_dests, out_times, out_fronts = leaving.dests, leaving.times, leaving.fronts
-        out_traces, out_flags, out_payloads = leaving.traces, leaving.flags, leaving.payloads
-        out_wheres = leaving.wheres
+        pack, add_row = _LOCAL.pack, leaving.add_row
         # per encoded trace of an entering row: its trace at the grouping, and the bytes of it
         entering: dict[bytes, tuple[tuple[LocalTime, ...], bytes]] = {}
         merge_local = _LOCAL.pack(0, 0)
@@ -291,13 +286,7 @@ class MapReduceCycle:
                 clean = None
                 continue
             clock = _remember_pair(state, key, clock, mapped, reduced, x_meta, back_tail)
-            out_dests.append(exit_to)
-            out_times.append(ts)
-            out_fronts.append(front)
-            out_traces.append(x_bytes + pack(clock, 0) + exit_tail)
-            out_flags.append(0)
-            out_payloads.append(reduced)
-            out_wheres.append(where)
+            add_row(exit_to, ts, front, x_bytes + pack(clock, 0) + exit_tail, reduced, where)
             fast += 1
         return fast
 

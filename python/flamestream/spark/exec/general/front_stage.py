@@ -7,6 +7,13 @@ two crossings of the Python/JVM boundary per record, and a Python worker more pe
 :mod:`.shipping`) when ``apply`` is given readers; the front's ``read`` then yields the item
 rows that stage sends on, ready for the shuffle. The rows are the same as the unfused path's:
 the front rows are turned into items exactly as ``SparkGraph._items`` does in SQL.
+
+What a front runs in its reads is a :class:`FrontWork`, of two kinds: a :class:`FrontStage`
+(a graph's first stage, or the keying for its first grouping, run by the stage's
+``StageRunner``) and the empty graph's render, which has no stage to run
+(:class:`~flamestream.spark.exec.general.passthrough.PassthroughFront`). ``apply`` picks the
+kind from the plan (``ExecutionPlan.passthrough`` and ``in_front``); a stage's path is the
+plan's too (:mod:`flamestream.spark.plan.paths`), never the front's to decide.
 """
 
 from __future__ import annotations
@@ -39,54 +46,25 @@ COMBINE_ROWS = 1_000_000
 COMBINE_BYTES = 8 * 2**20
 
 
-class FrontStage:
-    """Front rows (meta + payload columns) to the item rows a graph's first stage sends on.
+class FrontWork:
+    """What a front runs in its read tasks: front rows (meta + payload columns) to item rows.
 
-    ``runner`` is the stage's ``StageRunner`` (runs on executors, in the front's read task;
-    its functions must be deterministic, as every step's are). ``entry`` is the step the
-    source feeds, ``payload`` the front column that carries the payload. ``packs``: the rows
-    leave packed (:mod:`.packed`; planned by ``ExecutionPlan.packed_into``). ``blocks``: the
-    key partitions of the keyed stage the rows go to, when they leave in blocks, one per
-    partition (:mod:`.blocks`; planned by ``ExecutionPlan.blocked_into``); 0: as rows.
+    ``entry`` is the step the source feeds, ``payload`` the front column that carries the
+    payload. ``packs``: the rows leave packed (:mod:`.packed`); ``blocks``: in blocks (see
+    each kind), 0: as rows. The kinds say what :meth:`read` makes of the front rows; what a
+    read task sends (:meth:`sent`) and how front rows enter the graph (:meth:`_entering`) are
+    the same for both.
     """
 
-    def __init__(
-        self, runner: StageRunner, entry: str, payload: str, packs: bool = False, blocks: int = 0
-    ) -> None:
-        self.runner = runner
+    def __init__(self, entry: str, payload: str, packs: bool = False, blocks: int = 0) -> None:
         self.entry = entry
         self.payload = payload
         self.packs = packs
         self.blocks = blocks
 
-    def items(self, rows: pa.RecordBatch) -> pa.RecordBatch:
-        """The item rows leaving the stage for a batch of front rows (may be empty)."""
-        return self._leaving(rows, packed=False)
-
     def read(self, blocks: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """The item rows leaving the stage for a read task's blocks of front rows.
-
-        A stage that combines per key before the shuffle (``release="latest"``) runs over up
-        to :data:`COMBINE_ROWS` rows (or :data:`COMBINE_BYTES` bytes) of blocks at once, not
-        block by block: a key then leaves the task once per run instead of once per read
-        block, and the keyed stage gets that many fewer rows. The blocks come in meta order,
-        so the rows run together are too. Other stages run block by block (a packing one
-        too: packed over a whole read task, word count's rows were a third as many, but its
-        biggest worker peaked at 1.03 instead of 0.89 GiB, and the run took no less time).
-        """
-        if not self.runner.precombine:
-            for block in blocks:
-                yield from self._combined([block])
-            return
-        held: list[pa.RecordBatch] = []
-        rows = size = 0
-        for block in blocks:
-            held.append(block)
-            rows, size = rows + block.num_rows, size + block.nbytes
-            if rows >= COMBINE_ROWS or size >= COMBINE_BYTES:
-                yield from self._combined(held)
-                held, rows, size = [], 0, 0
-        yield from self._combined(held)
+        """The rows a read task's blocks of front rows become (the kinds say how)."""
+        raise NotImplementedError
 
     def sent(self, blocks: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """What the front's read task sends: :meth:`read`'s rows and the :data:`RECORDS` column.
@@ -105,36 +83,10 @@ class FrontStage:
             yield _carrier(schema or self.schema(), left)
 
     def schema(self) -> pa.Schema:
-        """The rows this stage sends (without :data:`RECORDS`)."""
+        """The rows this work sends (without :data:`RECORDS`)."""
         if self.blocks:
             return BLOCK_SCHEMA
         return PACKED_SCHEMA if self.packs else ITEM_SCHEMA
-
-    def _combined(self, blocks: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """The stage's item rows for ``blocks`` run as one batch (none for no rows)."""
-        if blocks:
-            rows = blocks[0] if len(blocks) == 1 else pa.concat_batches(blocks)
-            items = self._leaving(rows, self.packs)
-            if items.num_rows:
-                yield blocked(items, self.blocks) if self.blocks else items
-
-    def _leaving(self, rows: pa.RecordBatch, packed: bool) -> pa.RecordBatch:
-        """The rows the stage sends for a batch of front rows, ``packed`` or not.
-
-        A declared count of text (:mod:`.columnar`) makes them straight from the front's
-        text; other stages, and batches the count does not take, get :meth:`_entering`'s
-        item rows.
-        """
-        # a batch with swapped steps runs the general way (the count compiled the old split)
-        declared = self.runner.path.in_batch(self.runner.swapped()) == DECLARED_COUNT
-        counted = self.runner.counted if declared else None
-        text = rows.column(self.payload)
-        if counted is not None and pa.types.is_string(text.type):
-            made = counted.of_front(rows, self.entry, text, packed)
-            if made is not None:
-                return made
-        entering = self._entering(rows)
-        return self.runner.packed(entering) if packed else self.runner.run(entering)
 
     def _entering(self, rows: pa.RecordBatch, rendered: pa.Array | None = None) -> pa.RecordBatch:
         """Front rows as items entering the graph: empty trace, tagged payload, no flags.
@@ -166,15 +118,88 @@ class FrontStage:
         return pa.RecordBatch.from_arrays(list(columns.values()), schema=ITEM_SCHEMA)
 
     def encode(self) -> str:
-        """The stage as an option value."""
+        """The work as an option value."""
         return ship(self)
 
     @staticmethod
-    def decode(value: str) -> FrontStage:
-        """The stage an option value carries (made by :meth:`encode`, in ``apply``)."""
-        stage = unship(value)
-        assert isinstance(stage, FrontStage)  # noqa: S101
-        return stage
+    def decode(value: str) -> FrontWork:
+        """The work an option value carries (made by :meth:`encode`, in ``apply``)."""
+        work = unship(value)
+        assert isinstance(work, FrontWork)  # noqa: S101
+        return work
+
+
+class FrontStage(FrontWork):
+    """A graph's first stage in a front's read tasks: front rows to the item rows it sends on.
+
+    ``runner`` is the stage's ``StageRunner`` (runs on executors, in the front's read task;
+    its functions must be deterministic, as every step's are). ``entry`` and ``payload`` as
+    for :class:`FrontWork`. ``packs``: the rows leave packed (:mod:`.packed`; planned by
+    ``ExecutionPlan.packed_into``). ``blocks``: the key partitions of the keyed stage the rows
+    go to, when they leave in blocks, one per partition (:mod:`.blocks`; planned by
+    ``ExecutionPlan.blocked_into``); 0: as rows.
+    """
+
+    def __init__(
+        self, runner: StageRunner, entry: str, payload: str, packs: bool = False, blocks: int = 0
+    ) -> None:
+        super().__init__(entry, payload, packs, blocks)
+        self.runner = runner
+
+    def items(self, rows: pa.RecordBatch) -> pa.RecordBatch:
+        """The item rows leaving the stage for a batch of front rows (may be empty)."""
+        return self._leaving(rows, packed=False)
+
+    def read(self, blocks: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """The item rows leaving the stage for a read task's blocks of front rows.
+
+        A stage that combines per key before the shuffle (``release="latest"``) runs over up
+        to :data:`COMBINE_ROWS` rows (or :data:`COMBINE_BYTES` bytes) of blocks at once, not
+        block by block: a key then leaves the task once per run instead of once per read
+        block, and the keyed stage gets that many fewer rows. The blocks come in meta order,
+        so the rows run together are too. Other stages run block by block (a packing one
+        too: packed over a whole read task, word count's rows were a third as many, but its
+        biggest worker peaked at 1.03 instead of 0.89 GiB, and the run took no less time).
+        """
+        if not self.runner.precombine:
+            for block in blocks:
+                yield from self._combined([block])
+            return
+        held: list[pa.RecordBatch] = []
+        rows = size = 0
+        for block in blocks:
+            held.append(block)
+            rows, size = rows + block.num_rows, size + block.nbytes
+            if rows >= COMBINE_ROWS or size >= COMBINE_BYTES:
+                yield from self._combined(held)
+                held, rows, size = [], 0, 0
+        yield from self._combined(held)
+
+    def _combined(self, blocks: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """The stage's item rows for ``blocks`` run as one batch (none for no rows)."""
+        if blocks:
+            rows = blocks[0] if len(blocks) == 1 else pa.concat_batches(blocks)
+            items = self._leaving(rows, self.packs)
+            if items.num_rows:
+                yield blocked(items, self.blocks) if self.blocks else items
+
+    def _leaving(self, rows: pa.RecordBatch, packed: bool) -> pa.RecordBatch:
+        """The rows the stage sends for a batch of front rows, ``packed`` or not.
+
+        A declared count of text (:mod:`.columnar`) makes them straight from the front's
+        text; other stages, and batches the count does not take, get :meth:`_entering`'s
+        item rows.
+        """
+        # a batch with swapped steps runs the general way (the count compiled the old split)
+        declared = self.runner.path.in_batch(self.runner.swapped()) == DECLARED_COUNT
+        counted = self.runner.counted if declared else None
+        text = rows.column(self.payload)
+        if counted is not None and pa.types.is_string(text.type):
+            made = counted.of_front(rows, self.entry, text, packed)
+            if made is not None:
+                return made
+        entering = self._entering(rows)
+        return self.runner.packed(entering) if packed else self.runner.run(entering)
 
 
 def sent_schema(rows: pa.Schema) -> pa.Schema:
@@ -229,7 +254,7 @@ def _carrier(schema: pa.Schema, records: int) -> pa.RecordBatch:
 
 
 class ShippedFrontStage:
-    """A :class:`FrontStage` as its option value, unpacked only where it runs: a read task.
+    """A :class:`FrontWork` as its option value, unpacked only where it runs: a read task.
 
     A front's reader also travels to processes that only plan (Spark starts a new Python
     process per streaming query for the source's offsets): unpacking the stage there, its
@@ -239,16 +264,16 @@ class ShippedFrontStage:
 
     def __init__(self, value: str) -> None:
         self.value = value
-        self._stage: FrontStage | None = FrontStage.decode(value)
+        self._stage: FrontWork | None = FrontWork.decode(value)
         self.payload = self._stage.payload  #: known without unpacking, for ``check``
         self.packs = self._stage.packs  #: known without unpacking, for the schema
         self.blocks = self._stage.blocks  #: likewise
 
     @property
-    def stage(self) -> FrontStage:
-        """The stage, unpacked at the first use in this process."""
+    def stage(self) -> FrontWork:
+        """The stage (or the empty graph's render), unpacked at the first use in this process."""
         if self._stage is None:
-            self._stage = FrontStage.decode(self.value)
+            self._stage = FrontWork.decode(self.value)
         return self._stage
 
     def check(self, fields: list[pa.Field], step: str) -> None:
@@ -267,11 +292,11 @@ class ShippedFrontStage:
         return sent_schema(rows)  # known without unpacking the stage
 
     def read(self, blocks: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """The stage's :meth:`FrontStage.read`."""
+        """The stage's :meth:`FrontWork.read`."""
         return self.stage.read(blocks)
 
     def sent(self, blocks: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """The stage's :meth:`FrontStage.sent`: what the front's read task sends."""
+        """The stage's :meth:`FrontWork.sent`: what the front's read task sends."""
         return self.stage.sent(blocks)
 
     def __getstate__(self) -> dict[str, Any]:

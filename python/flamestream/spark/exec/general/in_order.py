@@ -59,7 +59,7 @@ class InOrderGrouping:
         leaves to ``leaving``; it runs in the row's turn, so both ways see the same state.
         """
         key_of, exit_to, grouping = self.key, self.exit_to, self.grouping
-        pack = _LOCAL.pack
+        pack, add_row = _LOCAL.pack, leaving.add_row
         traces: dict[bytes, tuple[LocalTime, ...]] = {}  # entering trace -> decoded
         last: tuple[int, int] | None = None
         time, where = GlobalTime(0, 0), (None, None)
@@ -96,13 +96,7 @@ class InOrderGrouping:
                 clean = None  # the general way may have indexed may-invalidate items
                 continue
             payloads, clock = emitted
-            leaving.dests.append(exit_to)
-            leaving.times.append(ts)
-            leaving.fronts.append(front)
-            leaving.traces.append(trace + pack(clock, 0))
-            leaving.flags.append(0)
-            leaving.payloads.append(payloads)
-            leaving.wheres.append(where)
+            add_row(exit_to, ts, front, trace + pack(clock, 0), payloads, where)
             taken += 1
         return taken
 
@@ -129,15 +123,13 @@ class InOrderGrouping:
         """
         if self.window < 2:
             return False
-        mark = len(leaving)
-        folded = self._fold_in_order(state, columns, determinants, leaving, min_time)
+        folded = leaving.fold(
+            self.exit_to,
+            lambda: self._fold_in_order(state, columns, determinants, leaving, min_time),
+        )
         if folded is None:
-            leaving.take_back(mark)
             return False
         keys, values = folded
-        added = len(leaving.times) - mark
-        leaving.dests += [self.exit_to] * added
-        leaving.flags += [0] * added
         made = _ItemsOfRows(columns, values)
         for key, (recent, clock, appended) in keys.items():
             kept = [made(x) for x in recent]

@@ -44,7 +44,6 @@ from flamestream.runtime.reference import (
     stateless_handler,
     versioned_handler,
 )
-from flamestream.runtime.swaps import Versions
 from flamestream.spark.connector.barrier import read_min_time
 from flamestream.spark.connector.faults import crash_point
 from flamestream.spark.control.approx import read_schedule
@@ -69,12 +68,16 @@ from flamestream.spark.exec.general.keyed_state import TaskLocal, state_io
 from flamestream.spark.exec.general.leaving import Leaving
 from flamestream.spark.exec.general.partitioning import KEY_PARTITION
 from flamestream.spark.exec.general.routing import LoopRouter, LoopSpec
-from flamestream.spark.exec.general.stateless import Exits, Handed, render_default
+from flamestream.spark.exec.general.stateless import (
+    Handed,
+    PlannedRunner,
+    render_default,
+)
 from flamestream.spark.exec.shuffle.blocks import is_blocked, opened
 from flamestream.spark.exec.shuffle.packed import is_packed, unpack
 from flamestream.spark.exec.worker.gc_pause import gc_paused
 from flamestream.spark.exec.worker.worker_setup import setup_worker
-from flamestream.spark.plan.paths import CYCLE, GENERAL, LANE, SUMMED, StagePath, stage_path
+from flamestream.spark.plan.paths import CYCLE, GENERAL, LANE, SUMMED, StagePath
 from flamestream.spark.plan.stages import Stage
 
 if TYPE_CHECKING:
@@ -131,7 +134,7 @@ def _items_of(
     return tables
 
 
-class KeyedRunner:
+class KeyedRunner(PlannedRunner):
     """Applies a keyed stage to one partition of a micro-batch (``mapInArrow``'s function)."""
 
     def __init__(
@@ -152,23 +155,17 @@ class KeyedRunner:
         assert stage.grouping is not None  # noqa: S101
         grouping = graph.step(stage.grouping)
         assert isinstance(grouping, Grouping)  # noqa: S101
+        super().__init__(graph, stage, keys, render, swaps, path)
         self.grouping = grouping
         self.steps: dict[str, Step] = {sid: graph.step(sid) for sid in stage.steps}
         self.targets = {
             sid: [graph.consumer(sid, port) for port in range(step.outputs)]
             for sid, step in self.steps.items()
         }
-        self.exits = Exits(graph, keys, render)
         #: where the state comes from and goes to, chosen once (elastic: per slot)
         self.state_io = state_io(grouping, state_url, checkpoint, elastic_partitions)
         self.checkpoint = checkpoint
         self.latest = latest  #: release="latest": one item per key and destination per batch
-        #: the path the plan decided (``plan.paths``); alone, as it would decide for the stage
-        self.path = (
-            path
-            if path is not None
-            else stage_path(graph, stage, keys=keys, precombine={}, swappable=swaps is not None)
-        )
         #: map_reduce's cycle, whose in-order items skip the per-step deliveries (fastpath)
         self.cycle = MapReduceCycle(self.path.cycle) if self.path.cycle else None
         #: the cycle's in-order batches in Arrow, when its reduce adds up (count)
@@ -184,9 +181,6 @@ class KeyedRunner:
         self._layout: Layout | None = None  # the current batch's, when elastic
         #: the payload objects of the last batch's rows for ``exits.handed`` destinations
         self.handed_payloads: Handed | None = None
-        #: where the batch's function swaps come from (a swappable query's), else None
-        self.swaps = swaps
-        self._versions: dict[str, Versions] = {}  # the current task's swapped steps
         #: the stage's exact_or_approximate reduce steps, each folding lowered (issue 41)
         self.sketchable = {
             sid: low for sid, step in self.steps.items() if (low := lowered_step(step)) is not None

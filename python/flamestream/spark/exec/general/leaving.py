@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
 from flamestream.model import DataItem, GlobalTime
 from flamestream.spark.exec.general.items import MAY_INVALIDATE, TOMBSTONE, encode_trace
 from flamestream.spark.exec.general.stateless import Exits
+
+#: What an in-order fold (``run_in_order``'s first pass) returns for the rows it took.
+Folded = TypeVar("Folded")
 
 
 class Leaving:
@@ -32,12 +35,41 @@ class Leaving:
         return len(self.dests)
 
     def take_back(self, mark: int) -> None:
-        """Forget the rows added since there were ``mark`` (``run_in_order`` gave up).
+        """Forget the rows added since there were ``mark`` (an in-order fold gave up).
 
-        ``run_in_order`` fills times, fronts, traces, payloads and wheres, then the rest.
+        A fold fills times, fronts, traces, payloads and wheres, then the rest (:meth:`fold`).
         """
         for column in (self.times, self.fronts, self.traces, self.payloads, self.wheres):
             del column[mark:]
+
+    def fold(self, dest: str, fold: Callable[[], Folded | None]) -> Folded | None:
+        """The rows of a whole batch taken in order at once (``run_in_order``), or none.
+
+        ``fold`` appends the rows' times, fronts, traces, payloads and wheres and returns
+        what it took; or None at the first row it cannot take, and then what it appended is
+        taken back. The rows it keeps all go to ``dest``, unflagged.
+        """
+        mark = len(self)
+        folded = fold()
+        if folded is None:
+            self.take_back(mark)
+            return None
+        added = len(self.times) - mark
+        self.dests += [dest] * added
+        self.flags += [0] * added
+        return folded
+
+    def add_row(
+        self, dest: str, ts: int, front: int, trace: bytes, payload: Any, where: Any
+    ) -> None:
+        """One unflagged row an in-order path sent out of the stage (its trace encoded)."""
+        self.dests.append(dest)
+        self.times.append(ts)
+        self.fronts.append(front)
+        self.traces.append(trace)
+        self.flags.append(0)
+        self.payloads.append(payload)
+        self.wheres.append(where)
 
     def add_item(self, dest: str, item: DataItem) -> None:
         """One item the general path sent out of the stage."""

@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from flamestream.spark.exec.general.front_stage import FrontStage
+from flamestream.spark.exec.general.front_stage import FrontWork
 from flamestream.spark.exec.general.items import ITEM_SCHEMA, TEXT_TAG, decode_payload
 from flamestream.spark.exec.shuffle.blocks import in_blocks, opened
 
@@ -77,8 +77,10 @@ def released_items(items: pa.RecordBatch, render: Render | None) -> pa.RecordBat
     return pa.RecordBatch.from_arrays(list(columns.values()), schema=ITEM_SCHEMA)
 
 
-class PassthroughFront(FrontStage):
+class PassthroughFront(FrontWork):
     """The empty graph's work in a front's read tasks: its rows as released item rows.
+
+    The kind of :class:`FrontWork` with no stage to run: the render is all there is.
 
     Runs on executors, in the front's read task; ``render`` (None: the default render) must
     be deterministic, as every step's function. ``in_blocks``: the rows leave as block rows
@@ -86,7 +88,7 @@ class PassthroughFront(FrontStage):
     """
 
     def __init__(self, sink: str, payload: str, render: Render | None, in_blocks: bool) -> None:
-        super().__init__(runner=None, entry=sink, payload=payload, blocks=int(in_blocks))  # type: ignore[arg-type]
+        super().__init__(entry=sink, payload=payload, blocks=int(in_blocks))
         self.render = render
 
     def read(self, blocks: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

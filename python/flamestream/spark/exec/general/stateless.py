@@ -89,29 +89,28 @@ def render_default(payload: Any) -> str:
     return repr(payload)
 
 
-class StageRunner:
-    """Applies one stage to Arrow batches of item rows (runs in executors' Python workers)."""
+class PlannedRunner:
+    """What a stage's runner, stateless (:class:`StageRunner`) or keyed (``KeyedRunner``), holds.
+
+    The stage's exits (encoding what leaves it, rendering for sinks), the path the plan
+    decided for it and where the batch's function swaps come from (a swappable query's,
+    else None). ``path`` None: the one :func:`~flamestream.spark.plan.paths.stage_path`
+    decides for the stage alone (a runner made outside a plan, as unit tests make them).
+    """
 
     def __init__(
         self,
         graph: LogicalGraph,
         stage: Stage,
         keys: Mapping[str, Callable[[Any], Any]],
-        render: Callable[[Any], str] = render_default,
+        render: Callable[[Any], str],
+        swaps: SwapReader | None,
+        path: StagePath | None,
         precombine: Mapping[str, Callable[[Any, Any], Any]] | None = None,
-        swaps: SwapReader | None = None,
-        path: StagePath | None = None,
     ) -> None:
-        self.stage = stage
-        #: where the batch's function swaps come from (a swappable query's), else None
         self.swaps = swaps
         self._versions: dict[str, Versions] = {}  # the current batch's swapped steps
         self.precombine = dict(precombine or {})
-        self.steps: list[Step] = [graph.step(sid) for sid in stage.steps]
-        self.consumers = {
-            step.step_id: [graph.consumer(step.step_id, p) for p in range(step.outputs)]
-            for step in self.steps
-        }
         self.exits = Exits(graph, keys, render)
         #: the path the plan decided (``plan.paths``); alone, as it would decide for the stage
         self.path = (
@@ -126,6 +125,28 @@ class StageRunner:
                 swappable=swaps is not None,
             )
         )
+
+
+class StageRunner(PlannedRunner):
+    """Applies one stage to Arrow batches of item rows (runs in executors' Python workers)."""
+
+    def __init__(
+        self,
+        graph: LogicalGraph,
+        stage: Stage,
+        keys: Mapping[str, Callable[[Any], Any]],
+        render: Callable[[Any], str] = render_default,
+        precombine: Mapping[str, Callable[[Any, Any], Any]] | None = None,
+        swaps: SwapReader | None = None,
+        path: StagePath | None = None,
+    ) -> None:
+        super().__init__(graph, stage, keys, render, swaps, path, precombine)
+        self.stage = stage
+        self.steps: list[Step] = [graph.step(sid) for sid in stage.steps]
+        self.consumers = {
+            step.step_id: [graph.consumer(step.step_id, p) for p in range(step.outputs)]
+            for step in self.steps
+        }
         #: the stage as Arrow kernels, when it is a declared count of text (see .columnar)
         self.counted = CountedText(self.path.count) if self.path.count else None
         #: the stage as Arrow kernels, when it renders a sum's items with a Template

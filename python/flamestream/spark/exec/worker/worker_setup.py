@@ -21,7 +21,7 @@ nothing: the process and the objects in it are the user's.
    ``ARROW_DEFAULT_MEMORY_POOL`` is kept, and so is the default where pyarrow was built
    without jemalloc. jemalloc as pyarrow configures it still unmaps a freed block of many
    megabytes at once; ``flamestream-python`` starts workers with jemalloc options that keep
-   all freed pages (``launcher.ARROW_JEMALLOC_CONF``: jemalloc reads them when pyarrow loads,
+   all freed pages (``python_env.ARROW_JEMALLOC_CONF``: jemalloc reads them when pyarrow loads,
    too early for this function).
 """
 
