@@ -235,6 +235,8 @@ def run_all(
             if "budgets" in variant["applied"]:
                 peak.peak, decisions = controller_peak(ck)
                 figures["decisions"] = decisions
+                spent = sorted(float(d.get("decideMs", 0.0)) for d in decisions)
+                figures["decide_p50_ms"] = percentile(spent, 50) if spent else None
             figures["peak_state_bytes_per_partition"] = peak.peak
             return figures
 

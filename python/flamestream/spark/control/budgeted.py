@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import posixpath
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -323,6 +324,7 @@ class BudgetController:
 
         ``sketched``: the slots sketched so far, as the control offset records them.
         """
+        began = time.perf_counter()
         cpu = None
         if self.policy.max_cpu_us_per_record is not None:
             cpu = self.meter.batch_ms(batch, self.shim())
@@ -381,6 +383,8 @@ class BudgetController:
                 "waitRows": decided.setting.wait_rows,
                 "maxWaitMs": decided.setting.max_wait_ms,
                 "cpuCeiling": decided.setting.cpu_ceiling,
+                # the policy's own cost: measuring and deciding, before this write
+                "decideMs": round(1000 * (time.perf_counter() - began), 1),
                 "reasons": list(decided.reasons),
             },
         )
