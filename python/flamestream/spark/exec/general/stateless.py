@@ -15,7 +15,6 @@ trace, a tombstone stays a tombstone, a dropped replayed item becomes one.
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from itertools import compress
@@ -49,12 +48,11 @@ from flamestream.spark.exec.general.batch_steps import batch_mapped
 from flamestream.spark.exec.general.combine import Items, combined, rows_in_meta_order
 from flamestream.spark.exec.general.items import (
     ITEM_SCHEMA,
-    MAPPED_TAG,
     MAY_INVALIDATE,
-    PICKLE_PROTOCOL,
     TOMBSTONE,
     decode_payload,
     encode_key,
+    encode_pairs,
     encode_payload,
     encode_trace,
     extended_traces,
@@ -635,13 +633,13 @@ class ExitRows:
         if self.exits.keys.get(dest) is not mapped_key or any(flags):
             return False
         try:
-            keys: list[bytes | None] = [encode_key(key) for key, _ in pairs]
+            keys, payloads = encode_pairs(pairs)
         except Exception:  # the caller's extend names the item and the key
             return False
         count = len(pairs)
         self.targets += [dest] * count
         self.keys += keys
-        self.payloads += [MAPPED_TAG + pickle.dumps(pair, PICKLE_PROTOCOL) for pair in pairs]
+        self.payloads += payloads
         self.values += [None] * count
         if self.objects is not None:
             self.objects += [None] * count
