@@ -241,15 +241,19 @@ _PLAIN_KEYS = frozenset({str, bytes})
 _PLAIN_VALUES = frozenset({int, str, bytes})
 
 
-def encode_pairs(pairs: Sequence[tuple[Any, Any]]) -> tuple[list[bytes], list[bytes]]:
+def encode_pairs(
+    pairs: Sequence[tuple[Any, Any]], *, repeated: bool = True
+) -> tuple[list[bytes], list[bytes]]:
     """Each pair's grouping key and ``Mapped`` payload (``encode_key``, ``encode_payload``).
 
     The bytes are ``encode_key(key)`` and ``encode_payload(Mapped(key, value))``'s. When every
     key is text or bytes and every value an int, text or bytes (word count's ``(word, 1)``),
     equal pairs have equal bytes: each distinct pair is encoded once and its bytes shared (a
     repeated word costs two dict lookups, not a pickle). Other pairs (``True == 1``,
-    ``0.0 == -0.0``) are encoded one by one. Raises what ``encode_key`` raises for a key that
-    cannot key a bucket.
+    ``0.0 == -0.0``) are encoded one by one, and so are pairs known not to repeat
+    (``repeated=False``: a map-side combine's, one per key), where finding the distinct ones
+    would double the cost. Raises what ``encode_key`` raises for a key that cannot key a
+    bucket.
 
     >>> keys, payloads = encode_pairs([("a", 1), ("b", 2), ("a", 1)])
     >>> keys[0] is keys[2], payloads[0] is payloads[2], [decode_payload(p) for p in payloads]
@@ -257,8 +261,10 @@ def encode_pairs(pairs: Sequence[tuple[Any, Any]]) -> tuple[list[bytes], list[by
     >>> [decode_payload(p).value for p in encode_pairs([("a", 1), ("a", True)])[1]]
     [1, True]
     """
-    plain = set(map(type, map(itemgetter(0), pairs))) <= _PLAIN_KEYS and (
-        set(map(type, map(itemgetter(1), pairs))) <= _PLAIN_VALUES
+    plain = (
+        repeated
+        and set(map(type, map(itemgetter(0), pairs))) <= _PLAIN_KEYS
+        and set(map(type, map(itemgetter(1), pairs))) <= _PLAIN_VALUES
     )
     if not plain:
         return (
