@@ -16,6 +16,13 @@ Word count:
 ``flamestream_lambdas``
     word count latest written with lambdas (``map_reduce(mapper=lambda w: (w, 1))``, a
     lambda render): the general path.
+``flamestream_readme``, ``flamestream_readme_apply``
+    the README's first graph (``map_reduce`` with a lambda mapper and reducer, the
+    ``Reduced`` items to the sink, ``release="every"``) into the JSON files sink, through
+    ``write_stream`` and through ``apply`` on the loaded front. With them (or
+    ``flamestream_lambdas``) the report's ``own_work`` is measured in process
+    (:mod:`benchmarks.compare.own_work`, ``--own-work-lines``): flamestream's own work per
+    word around the lambdas.
 ``plain_pyspark``
     ``readStream.text`` -> split / explode -> ``groupBy.count`` (update) -> idempotent
     ``foreachBatch``.

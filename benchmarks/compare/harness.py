@@ -17,7 +17,15 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from benchmarks.compare import engines, events, report, spark_gaps, spark_variants, venvs
+from benchmarks.compare import (
+    engines,
+    events,
+    own_work,
+    report,
+    spark_gaps,
+    spark_variants,
+    venvs,
+)
 from benchmarks.compare.corpus import Corpus, corpus, count, mismatch
 from benchmarks.compare.errors import CompareError, MismatchError, SetupError
 from benchmarks.compare.events import Events, Gap
@@ -30,6 +38,8 @@ VARIANTS = (
     "plain_pyspark",
     "flamestream_lambdas",
     "pyspark_udf",
+    "flamestream_readme",
+    "flamestream_readme_apply",
     "flamestream_gaps",
     "pyspark_gaps_pandas_state",
     "pyspark_gaps_transform_with_state",
@@ -43,6 +53,8 @@ VARIANTS = (
 EXTRA = ("flamestream_latest_apply",)
 #: The word count variants releasing every update (``_values``: the sink writes values only).
 EVERY = ("flamestream_every", "flamestream_every_values")
+#: The README's first way (its lambda graph, release="every", JSON): write_stream, apply.
+README = ("flamestream_readme", "flamestream_readme_apply")
 #: The gaps workload's variants (over the event corpus); the others count the words' corpus.
 GAPS = ("flamestream_gaps", "pyspark_gaps_pandas_state", "pyspark_gaps_transform_with_state")
 #: The variants run on the benchmark's Spark session (the others: peers' processes, Counter).
@@ -86,6 +98,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     made.add_argument("--bytewax", default=engines.PEERS["bytewax"].version, help="version")
     made.add_argument("--pathway", default=engines.PEERS["pathway"].version, help="version")
     made.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
+    made.add_argument(
+        "--own-work-lines",
+        type=int,
+        default=20_000,
+        help="corpus lines for the in-process own-work measure (own_work.py; 0: not run)",
+    )
     args = made.parse_args(argv)
     sizes = (args.rounds, args.lines, args.files, args.events, args.event_files, args.keys)
     if min(sizes) < 1:
@@ -156,6 +174,11 @@ def word_case(bench: Bench, name: str) -> Case:
         writer = spark_variants.plain_writer if plain else spark_variants.udf_writer
         check = partial(spark_variants.check_plain, expected=bench.expected, name=name)
         return partial(writer, spark, source), partial(check, spark)
+    if name in README:
+        apply = name == "flamestream_readme_apply"
+        readme = partial(spark_variants.readme_writer, spark, source, apply=apply)
+        check = partial(spark_variants.check_readme, expected=bench.expected, name=name)
+        return readme, partial(check, spark)
     release: spark_variants.Release = "every" if name in EVERY else "latest"
     define = partial(
         spark_variants.flamestream_writer,
@@ -354,18 +377,35 @@ def prepare(args: argparse.Namespace) -> Bench:
 
 def plans(variants: list[str]) -> dict[str, list[str]]:
     """What the planner decided for each flamestream variant's graph (``describe()``)."""
-    from benchmarks.lib.workloads import gaps_graph, word_count_graph
+    from benchmarks.lib.workloads import gaps_graph, readme_word_count_graph, word_count_graph
     from flamestream.spark.plan import plan_execution
 
     found = {}
     for name in [v for v in variants if v.startswith("flamestream_")]:
         if name == "flamestream_gaps":
             flow, release = gaps_graph(), "every"
+        elif name in README:
+            flow, release = readme_word_count_graph(), "every"
         else:
             flow = word_count_graph(commutative=True, declared=name != "flamestream_lambdas")
             release = "every" if name in EVERY else "latest"
         found[name] = plan_execution(flow.build(), release=release).describe().splitlines()
     return found
+
+
+def own_work_report(bench: Bench) -> dict[str, Any] | None:
+    """The own work per word around the lambdas, in process (:mod:`.own_work`).
+
+    Measured when a variant of the general path's word count runs (and ``--own-work-lines``).
+    """
+    general = ("flamestream_lambdas", *README)
+    if not bench.args.own_work_lines or not any(v in general for v in bench.args.variants):
+        return None
+    path = bench.fresh("own-work")
+    try:
+        return own_work.measure(Path(bench.words().path), bench.args.own_work_lines, path)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def variant_reports(bench: Bench, measured: dict[str, report.Measured]) -> dict[str, Any]:
@@ -397,6 +437,7 @@ def main(argv: list[str] | None = None, spark: Any = None) -> int:
         "flamestream_git": report.git_commit(),
     }
     measured = run_all(bench, versions, spark)
+    own = own_work_report(bench)
     medians = {name: m.median() for name, m in measured.items()}
     errors = [{"variant": n, **e} for n, m in measured.items() for e in m.errors]
     found: dict[str, Any] = {
@@ -411,6 +452,7 @@ def main(argv: list[str] | None = None, spark: Any = None) -> int:
         "variants": variant_reports(bench, measured),
         "ratios": report.ratios(medians, [n for n in medians if n not in GAPS]),
         "plans": plans(args.variants),
+        "own_work": own,
         "versions": versions,
         "machine": report.machine() | {"spark_master": "local[2]", "shuffle_partitions": 2},
         "errors": errors,

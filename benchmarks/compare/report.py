@@ -23,6 +23,9 @@ PAIRS = (
     ("flamestream_lambdas", "pyspark_udf"),
     ("flamestream_lambdas", "flamestream_latest"),
     ("flamestream_lambdas", "plain_pyspark"),
+    ("flamestream_readme", "plain_pyspark"),
+    ("flamestream_readme_apply", "plain_pyspark"),
+    ("flamestream_readme_apply", "flamestream_readme"),
     ("flamestream_gaps", "pyspark_gaps_pandas_state"),
     ("flamestream_gaps", "pyspark_gaps_transform_with_state"),
 )
@@ -137,6 +140,16 @@ NOTES = [
     "reducer=operator.add, commutative=True) -> map(lambda r: f'{r.key}={r.value}'), "
     "release=latest, write_stream -> files sink (parquet): Python per word (the general "
     "path). Checked as flamestream_latest.",
+    "flamestream_readme / flamestream_readme_apply: the README's first graph, "
+    "flat_map(str.split) -> map_reduce(mapper=lambda w: (w, 1), reducer=lambda a, b: a + b) "
+    "-> sink (Reduced items rendered by repr), release=every, into the files sink as JSON; "
+    "through write_stream (the front's reader) and through apply on the loaded front then "
+    "writeStream. Checked: per word every count 1..n released once, n the Counter's.",
+    "own_work (in process, no Spark, --own-work-lines lines of the corpus): per word the "
+    "CPU microseconds of a general-path stage (stage_us: the front's reads of the lambda word "
+    "count latest and of the README graph, the README graph's keyed write task), of the "
+    "user's functions called alone on the same inputs (user_us), and their difference, "
+    "flamestream's own work (own_us; target <= 0.3).",
     "plain_pyspark: readStream.text -> explode(split(value, ' ')) -> groupBy(word).count() "
     "in update mode -> foreachBatch overwriting parquet dir batch=<id> (idempotent). Checked: "
     "the latest batch's count per word equals the Counter's.",

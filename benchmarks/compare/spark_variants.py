@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from benchmarks.compare.corpus import mismatch
 from benchmarks.compare.errors import MismatchError
-from benchmarks.lib.workloads import files_options, word_count_graph
+from benchmarks.lib.workloads import files_options, readme_word_count_graph, word_count_graph
 
 Release = Literal["latest", "every"]
 
@@ -58,6 +58,26 @@ def flamestream_writer(
     # columns: the sink's columns option (all, value or value,time: docs/connectors.md)
     written = files_options(writer, out, fmt="parquet").option("columns", columns)
     return written.trigger(availableNow=True)
+
+
+def readme_writer(spark: Any, source: Path, out: Path, checkpoint: Path, apply: bool) -> Any:
+    """The README's first way: its lambda graph, ``release="every"``, JSON files sink.
+
+    ``apply``: ``apply`` on the loaded front, then ``writeStream`` (6 crossings per word);
+    else the front's reader to ``write_stream`` (2).
+    """
+    from flamestream.spark import SparkGraph
+
+    lines = spark.readStream.format("flamestream").option("front", "files")
+    lines = lines.option("path", str(source))
+    graph = SparkGraph(readme_word_count_graph())
+    ck = str(checkpoint)
+    if apply:
+        rows = graph.apply(lines.load(), checkpoint_location=ck)
+        writer = rows.writeStream.format("flamestream").option("checkpointLocation", ck)
+    else:
+        writer = graph.write_stream(lines, checkpoint_location=ck)
+    return files_options(writer, out, fmt="json").trigger(availableNow=True)
 
 
 def plain_writer(spark: Any, source: Path, out: Path, checkpoint: Path) -> Any:
@@ -144,6 +164,33 @@ def check_flamestream(
             problem += f", e.g. {sorted(repeated)[:5]}"
     if problem is not None:
         msg = f"{name or 'flamestream_' + release}: highest count released per word: {problem}"
+        raise MismatchError(msg)
+    return {"output_rows": sum(rows for _, rows, _ in found.values())}
+
+
+def check_readme(spark: Any, out: Path, expected: Counter[str], name: str) -> dict[str, int]:
+    """Check the README graph's JSON rows ``Reduced(key='w', value=n)``: every update once."""
+    from pyspark.sql import functions as F
+
+    pattern = r"^Reduced\(key='(.*)', value=(\d+)\)$"
+    parsed = (
+        spark.read.format("json")
+        .schema("value string")
+        .load(str(out))
+        .select(
+            F.regexp_extract("value", pattern, 1).alias("word"),
+            F.regexp_extract("value", pattern, 2).cast("long").alias("n"),
+        )
+    )
+    summary = parsed.groupBy("word").agg(F.max("n"), F.count(F.lit(1)), F.count_distinct("n"))
+    found = {r[0]: (int(r[1]), int(r[2]), int(r[3])) for r in summary.collect()}
+    problem = mismatch(expected, {w: top for w, (top, _, _) in found.items()})
+    if problem is None:
+        wrong = [w for w, (top, rows, distinct) in found.items() if not top == rows == distinct]
+        if wrong:
+            problem = f"{len(wrong)} words not released once per update, e.g. {sorted(wrong)[:5]}"
+    if problem is not None:
+        msg = f"{name}: {problem}"
         raise MismatchError(msg)
     return {"output_rows": sum(rows for _, rows, _ in found.values())}
 

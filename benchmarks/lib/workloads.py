@@ -128,6 +128,21 @@ def word_count_graph(*, commutative: bool = False, declared: bool = False) -> An
     return flow
 
 
+def readme_word_count_graph() -> Any:
+    """The README's first graph: split -> map_reduce with a lambda mapper and reducer -> sink.
+
+    Not commutative, no render: the sink gets the ``Reduced`` items, rendered by ``repr``
+    (``Reduced(key='w', value=3)``), as the README's graph is written.
+    """
+    from flamestream import Dataflow, map_reduce
+
+    flow = Dataflow("wordcount")
+    words = flow.flat_map("split", flow.source("lines"), str.split)
+    counts = map_reduce(flow, "count", words, mapper=lambda w: (w, 1), reducer=lambda a, b: a + b)
+    flow.sink("counts", counts)
+    return flow
+
+
 def gaps_graph() -> Any:
     """Per key, the time since its previous event: parse -> grouping(window=2) -> gap.
 

@@ -124,3 +124,31 @@ def test_the_report_names_the_plan_of_every_flamestream_variant() -> None:
     found = harness.plans(list(harness.VARIANTS))
     assert set(found) == {v for v in harness.VARIANTS if v.startswith("flamestream_")}
     assert "keyed by pairs" in "\n".join(found["flamestream_gaps"])
+
+
+def test_the_readme_graphs_rows_are_what_the_readme_check_parses() -> None:
+    """The README way's check reads ``repr(Reduced)`` text: the reference runtime's rows of
+    its graph, rendered as the sink renders them, parse to each word's running count."""
+    import re
+
+    from benchmarks.lib.workloads import readme_word_count_graph
+
+    from flamestream.spark.exec.general.stateless import render_default
+
+    released = run_in_order(readme_word_count_graph(), {0: [(1, "a b a"), (2, "b")]})
+    pattern = r"^Reduced\(key='(.*)', value=(\d+)\)$"  # as spark_variants.check_readme
+    parsed = [re.match(pattern, render_default(p)) for p in released.payloads()]
+    assert [(m[1], int(m[2])) for m in parsed if m] == [("a", 1), ("b", 1), ("a", 2), ("b", 2)]
+
+
+def test_own_work_reports_each_stage_per_word(tmp_path: Path) -> None:
+    from benchmarks.compare import own_work
+    from benchmarks.compare.corpus import corpus
+
+    made = corpus(tmp_path, 240, 2)
+    found = own_work.measure(Path(made.path), 200, tmp_path, repeat=1)
+    assert found["lines"] == 200
+    for stage in ("front_lambdas_latest", "front_readme_every", "keyed_readme_every"):
+        row = found[stage]
+        assert row["items"] > 0 and row["stage_us"] > 0
+        assert abs(row["own_us"] - (row["stage_us"] - row["user_us"])) < 0.01

@@ -759,3 +759,40 @@ def test_coded_keys_read_and_render_as_the_key_column(keys, data, template):
         assert got.coding is not None
         assert tail.rendered(got).equals(tail.rendered(want))
         assert got.keys.equals(want.keys) and got.objects() == want.objects()
+
+
+def _appending(acc: Any, value: Any) -> Any:
+    """A reducer that changes its new value (a list) before keeping it: sharing shows."""
+    value.append(len(acc))
+    return (*acc, tuple(value))
+
+
+@pytest.mark.parametrize("value", [[1], 1, "x"])
+def test_repeated_payloads_decode_alike_on_both_paths(value):
+    """The whole-batch fold decodes a repeated payload once when its key and value are
+    immutable, and shares the pair; a mutable value (a list a reducer changes) is decoded
+    per row, as the general path does: the released rows and the states are the same."""
+    REDUCERS["appending"] = (_appending, lambda v: (tuple(v) if type(v) is list else v,), False)
+    if type(value) is not list:
+        REDUCERS["appending"] = (lambda acc, v: (*acc, v), lambda v: (v,), False)
+    try:
+        events = [(ts, 0, 0, 0, "a", Mapped("a", value)) for ts in range(1, 6)]
+        events += [(ts, 1, 0, 0, "b", Mapped("b", value)) for ts in range(1, 4)]
+        events.sort(key=lambda e: (e[0], e[1]))
+        script = [(events, GlobalTime(100, 0))]
+        fast = runner("appending", latest=False, fast=True)
+        assert fast.cycle is not None
+        whole: list[bool] = []
+        run_in_order = fast.cycle.run_in_order
+
+        def recording(*args: Any) -> list[int] | None:
+            latest_rows = run_in_order(*args)
+            whole.append(latest_rows is not None)
+            return latest_rows
+
+        fast.cycle.run_in_order = recording  # type: ignore[method-assign]
+        general = runner("appending", latest=False, fast=False)
+        both_paths_alike(script, fast, general, lambda: True)
+        assert whole == [True]  # the batch ran whole, by the fold
+    finally:
+        del REDUCERS["appending"]

@@ -53,3 +53,24 @@ def test_each_input_yields_the_updated_value_for_its_key():
         running[word] = running.get(word, 0) + 1
         expected.append(Reduced(word, running[word]))
     assert result.payloads() == expected
+
+
+def test_mapped_and_reduced_behave_as_the_frozen_dataclasses_they_are():
+    """Their own ``__init__`` and ``__repr__`` (faster) make and print what the dataclass'
+    would: ``repr`` is the default render of released items, on every runtime."""
+    import dataclasses
+    import pickle
+
+    import pytest
+
+    from flamestream.graph.mapreduce import Mapped, Reduced
+
+    for kind in (Mapped, Reduced):
+        item = kind("w", [1, "x"])
+        assert repr(item) == f"{kind.__name__}(key='w', value=[1, 'x'])"
+        assert item == kind(key="w", value=[1, "x"]) and item != kind("w", [1])
+        assert pickle.loads(pickle.dumps(item)) == item  # noqa: S301
+        assert dataclasses.astuple(item) == ("w", [1, "x"])
+        assert hash(kind("w", 1)) == hash(kind("w", 1))
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            item.key = "v"  # type: ignore[misc]

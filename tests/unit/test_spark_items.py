@@ -197,3 +197,27 @@ def test_stable_order_keeps_ties_in_order_over_many_rows():
         values = rng.integers(0, 8, 20_000) * (bound // 8) + rng.integers(0, 3, 20_000)
         expected = np.argsort(values, kind="stable")
         assert stable_order(values, bound).tolist() == expected.tolist()
+
+
+_PAIR_PARTS = st.one_of(
+    st.text(max_size=3),
+    st.binary(max_size=3),
+    st.integers(-3, 3),
+    st.booleans(),
+    st.sampled_from([0.0, -0.0, 1.0]),
+    st.tuples(st.integers(0, 2)),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(_PAIR_PARTS, _PAIR_PARTS), max_size=12))
+def test_encode_pairs_makes_each_pairs_own_bytes(pairs):
+    """Encoding a batch's pairs at once (each distinct plain pair once) gives every pair the
+    bytes encoding it alone gives, for equal pairs of different types too (1 and True, 0.0
+    and -0.0)."""
+    from flamestream.graph.mapreduce import Mapped
+    from flamestream.spark.exec.general.items import encode_key, encode_pairs, encode_payload
+
+    keys, payloads = encode_pairs(pairs)
+    assert keys == [encode_key(k) for k, _ in pairs]
+    assert payloads == [encode_payload(Mapped(k, v)) for k, v in pairs]

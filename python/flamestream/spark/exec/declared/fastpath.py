@@ -55,6 +55,26 @@ _LOCAL = struct.Struct(">QI")
 
 _L00 = LocalTime(0, 0)
 
+#: Types whose objects may be shared by several items' payloads: immutable all through, so a
+#: reducer cannot tell one decoded object from a copy (a tuple may hold a list: not here).
+_SHARED = frozenset({str, bytes, int, float, bool, type(None)})
+
+
+def _decoded_pair(
+    payload: bytes | None, pairs: dict[bytes | None, tuple[Any, Any]]
+) -> tuple[Any, Any] | None:
+    """The ``(key, value)`` of a mapped item's payload (None: not a mapped item's).
+
+    Kept in ``pairs`` by payload when key and value are immutable (``_SHARED``): the rows of
+    a repeated pair (a word's ``(word, 1)``) then share one, unpickled once.
+    """
+    if payload is None or payload[:1] != MAPPED_TAG:
+        return None
+    pair: tuple[Any, Any] = pickle.loads(payload[1:])  # noqa: S301  (our own stages wrote it)
+    if type(pair[0]) in _SHARED and type(pair[1]) in _SHARED:
+        pairs[payload] = pair
+    return pair
+
 
 class MapReduceCycle:
     """map_reduce's cycle in a keyed stage, with the in-order fast path (module docstring)."""
@@ -133,12 +153,7 @@ class MapReduceCycle:
         """
         fold, merge = self.reduce.fold, self.merge
         chosen = self._reduce_for if self.sketch is not None else None
-        exit_tail, back_bytes, pack, loads = (
-            self.exit_tail,
-            self.back_bytes,
-            _LOCAL.pack,
-            pickle.loads,
-        )
+        exit_tail, back_bytes, pack = self.exit_tail, self.back_bytes, _LOCAL.pack
         out_times, out_fronts = leaving.times, leaving.fronts
         out_traces, out_payloads, out_wheres = leaving.traces, leaving.payloads, leaving.wheres
         entering: dict[bytes, bytes] = {}  # entering trace -> the bytes of it at the grouping
@@ -148,6 +163,7 @@ class MapReduceCycle:
         # row in ``leaving`` of its last leaving item]
         keys: dict[Hashable, list[Any]] = {}
         decoded = _TraceCache()
+        pairs: dict[bytes | None, tuple[Any, Any]] = {}  # see _decoded_pair
         last: tuple[int, int] | None = None
         time, where, ok = GlobalTime(0, 0), (None, None), True
         for ts, front, trace, flags, source, position, to, payload in item_rows(columns):
@@ -157,10 +173,15 @@ class MapReduceCycle:
                 if not time < min_time or state.may_invalidate_at(time):
                     ok = False
                     break
-            if flags or to != merge or payload is None or payload[:1] != MAPPED_TAG:
+            if flags or to != merge:
                 ok = False
                 break
-            key, value = loads(payload[1:])  # a Mapped(key, value), not made: fold takes both
+            # a Mapped(key, value), not made: fold takes both
+            pair = pairs.get(payload) or _decoded_pair(payload, pairs)
+            if pair is None:
+                ok = False
+                break
+            key, value = pair
             x_bytes = entering.get(trace)
             if x_bytes is None:
                 x_bytes = entering[trace] = trace + merge_local

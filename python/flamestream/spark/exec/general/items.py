@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import pickle
 import struct
+from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -231,6 +233,49 @@ def encode_key(key: Any) -> bytes:
         return BYTES_TAG + key
     hash(key)  # the grouping's buckets are a dict: only hashable keys work there
     return PICKLE_TAG + pickle.dumps(key, protocol=PICKLE_PROTOCOL)
+
+
+#: Key and value types whose equal pairs pickle alike (``1 == True``, ``0.0 == -0.0``: not
+#: these): :func:`encode_pairs` encodes each distinct pair of them once.
+_PLAIN_KEYS = frozenset({str, bytes})
+_PLAIN_VALUES = frozenset({int, str, bytes})
+
+
+def encode_pairs(
+    pairs: Sequence[tuple[Any, Any]], *, repeated: bool = True
+) -> tuple[list[bytes], list[bytes]]:
+    """Each pair's grouping key and ``Mapped`` payload (``encode_key``, ``encode_payload``).
+
+    The bytes are ``encode_key(key)`` and ``encode_payload(Mapped(key, value))``'s. When every
+    key is text or bytes and every value an int, text or bytes (word count's ``(word, 1)``),
+    equal pairs have equal bytes: each distinct pair is encoded once and its bytes shared (a
+    repeated word costs two dict lookups, not a pickle). Other pairs (``True == 1``,
+    ``0.0 == -0.0``) are encoded one by one, and so are pairs known not to repeat
+    (``repeated=False``: a map-side combine's, one per key), where finding the distinct ones
+    would double the cost. Raises what ``encode_key`` raises for a key that cannot key a
+    bucket.
+
+    >>> keys, payloads = encode_pairs([("a", 1), ("b", 2), ("a", 1)])
+    >>> keys[0] is keys[2], payloads[0] is payloads[2], [decode_payload(p) for p in payloads]
+    (True, True, [Mapped(key='a', value=1), Mapped(key='b', value=2), Mapped(key='a', value=1)])
+    >>> [decode_payload(p).value for p in encode_pairs([("a", 1), ("a", True)])[1]]
+    [1, True]
+    """
+    plain = (
+        repeated
+        and set(map(type, map(itemgetter(0), pairs))) <= _PLAIN_KEYS
+        and set(map(type, map(itemgetter(1), pairs))) <= _PLAIN_VALUES
+    )
+    if not plain:
+        return (
+            [encode_key(key) for key, _ in pairs],
+            [MAPPED_TAG + pickle.dumps(pair, PICKLE_PROTOCOL) for pair in pairs],
+        )
+    # equal pairs of these types are the same key and value, of the same types
+    distinct = dict.fromkeys(pairs)
+    keys = {pair: encode_key(pair[0]) for pair in distinct}
+    payloads = {pair: MAPPED_TAG + pickle.dumps(pair, PICKLE_PROTOCOL) for pair in distinct}
+    return [keys[pair] for pair in pairs], [payloads[pair] for pair in pairs]
 
 
 def decode_payload(data: bytes | None) -> Any:

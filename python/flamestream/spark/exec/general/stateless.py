@@ -15,7 +15,6 @@ trace, a tombstone stays a tombstone, a dropped replayed item becomes one.
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from itertools import compress
@@ -49,12 +48,11 @@ from flamestream.spark.exec.general.batch_steps import batch_mapped
 from flamestream.spark.exec.general.combine import Items, combined, rows_in_meta_order
 from flamestream.spark.exec.general.items import (
     ITEM_SCHEMA,
-    MAPPED_TAG,
     MAY_INVALIDATE,
-    PICKLE_PROTOCOL,
     TOMBSTONE,
     decode_payload,
     encode_key,
+    encode_pairs,
     encode_payload,
     encode_trace,
     extended_traces,
@@ -400,7 +398,10 @@ class StageRunner(PlannedRunner):
         out = self.exits.builder()
         for dest, items in leaving.items():
             where = partial(_nth_determinant, batch, items)
-            if not (items.pairs and out.extend_pairs(dest, items.payloads, items.flags, where)):
+            # a combined entry's pairs are one per key: no repeated pair to encode once
+            repeated = dest not in self.precombine
+            pairs = items.pairs and out.extend_pairs(dest, items, where, repeated=repeated)
+            if not pairs:
                 items.materialize()
                 out.extend(dest, items.payloads, items.flags, where)
             tables.append((items, len(rows)))
@@ -643,26 +644,29 @@ class ExitRows:
     def extend_pairs(
         self,
         dest: str,
-        pairs: Sequence[tuple[Any, Any]],
-        flags: Sequence[int],
+        items: Items,
         where: Callable[[int], tuple[GlobalTime, Any]],
+        *,
+        repeated: bool = True,
     ) -> bool:
-        """What ``extend`` does for the ``Mapped`` items of ``pairs``, without making them.
+        """What ``extend`` does for the ``Mapped`` items ``items``' pairs stand for, unmade.
 
         Only for items entering map_reduce's grouping (keyed by ``mapped_key``), none
         flagged; False (nothing added) otherwise, or when a key fails to encode: ``extend``
-        on the items then raises what it raises.
+        on the items then raises what it raises. ``repeated``: the pairs may repeat (not a
+        map-side combine's), see ``encode_pairs``.
         """
-        if self.exits.keys.get(dest) is not mapped_key or any(flags):
+        pairs = items.payloads
+        if self.exits.keys.get(dest) is not mapped_key or any(items.flags):
             return False
         try:
-            keys: list[bytes | None] = [encode_key(key) for key, _ in pairs]
+            keys, payloads = encode_pairs(pairs, repeated=repeated)
         except Exception:  # the caller's extend names the item and the key
             return False
         count = len(pairs)
         self.targets += [dest] * count
         self.keys += keys
-        self.payloads += [MAPPED_TAG + pickle.dumps(pair, PICKLE_PROTOCOL) for pair in pairs]
+        self.payloads += payloads
         self.values += [None] * count
         if self.objects is not None:
             self.objects += [None] * count
