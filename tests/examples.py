@@ -46,8 +46,10 @@ def scaled(full_count: float) -> float:
 
 def load_profile() -> None:
     """Make the tier's profile Hypothesis's default (tests without their own count)."""
-    settings.register_profile("full", settings.get_profile("default"))
+    # no deadline: a property asserts what is computed, not how fast (speed is measured in
+    # benchmarks); a 200 ms deadline failed draws on a machine loaded by parallel test modules
+    settings.register_profile("full", settings.get_profile("default"), deadline=None)
     # derandomized: the guards counting what the draws exercised ("the fast path ran often")
     # hold or fail the same way every run, not now and then on a small sample
-    settings.register_profile("fast", max_examples=examples(100), derandomize=True)
+    settings.register_profile("fast", max_examples=examples(100), derandomize=True, deadline=None)
     settings.load_profile(tier())
