@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flamestream.model import GlobalTime
+from flamestream.model.keys import key_slot as key_slot
 
 
 @dataclass(frozen=True)
@@ -71,11 +72,3 @@ class SketchSchedule:
         if slot is None:
             slot = self._slot_of_key[key] = key_slot(key, self.slots)
         return self.lowered_slot(slot, time)
-
-
-def key_slot(key: Hashable, slots: int) -> int:
-    """The key slot a grouping key lives in, as the Spark runtime's elastic layout places it."""
-    from flamestream.spark.control.key_layout import slot_of  # the layout's own rule
-    from flamestream.spark.exec.general.items import encode_key
-
-    return slot_of(encode_key(key), slots)

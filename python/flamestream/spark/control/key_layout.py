@@ -28,12 +28,12 @@ reached (the protocol: ``ControlReader.latestOffset``). Every function here is p
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 
 from flamestream.errors import ConfigError
+from flamestream.model.keys import slot_of as slot_of  # the rule lives below every layer
 from flamestream.spark.durable import (
     QueryCheckpoint,
 )
@@ -62,11 +62,6 @@ MIN_ITEMS = 200
 
 #: A new packing must cut the hottest partition's load by this factor to be worth a move.
 GAIN = 0.8
-
-
-def slot_of(key: bytes, slots: int) -> int:
-    """The slot of an encoded key."""
-    return zlib.crc32(key) % slots
 
 
 @cache

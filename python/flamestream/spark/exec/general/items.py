@@ -43,6 +43,11 @@ import pyarrow.compute as pc
 
 from flamestream.graph.mapreduce import Mapped, Reduced
 from flamestream.model import LocalTime, Trace
+from flamestream.model.keys import BYTES_TAG as BYTES_TAG  # the key encoding lives below
+from flamestream.model.keys import PICKLE_PROTOCOL as PICKLE_PROTOCOL
+from flamestream.model.keys import PICKLE_TAG as PICKLE_TAG
+from flamestream.model.keys import TEXT_TAG as TEXT_TAG
+from flamestream.model.keys import encode_key as encode_key
 
 _LOCAL = struct.Struct(">QI")
 
@@ -177,9 +182,6 @@ def lineage_column(traces: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedA
     )
 
 
-TEXT_TAG, BYTES_TAG, PICKLE_TAG = b"s", b"b", b"p"
-
-
 MAPPED_TAG, REDUCED_TAG = b"m", b"r"
 
 
@@ -188,10 +190,6 @@ MAPPED_TAG, REDUCED_TAG = b"m", b"r"
 #: a frame opcode (its 8-byte length follows), then SHORT_BINUNICODE with the text. The
 #: columnar paths write (``columnar``) and read (``summed``) such pairs in Arrow.
 PAIR_HEAD = MAPPED_TAG + b"\x80\x05\x95"
-
-
-#: The pickle protocol of encoded payloads and keys.
-PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 
 def encode_payload(payload: Any) -> bytes:
@@ -212,27 +210,6 @@ def encode_payload(payload: Any) -> bytes:
     if kind is Reduced:
         return REDUCED_TAG + pickle.dumps((payload.key, payload.value), PICKLE_PROTOCOL)
     return PICKLE_TAG + pickle.dumps(payload, protocol=PICKLE_PROTOCOL)
-
-
-def encode_key(key: Any) -> bytes:
-    """The tagged bytes of a grouping key (text, bytes or a pickle; never ``m``/``r``).
-
-    Raises ``TypeError`` for a key that cannot key a bucket (a list, a dict, a set) before
-    the shuffle, where the item's determinant is still known, rather than in the keyed stage.
-
-    >>> encode_key(("a", 1))[:1], encode_key("a")
-    (b'p', b'sa')
-    >>> encode_key(["a", 1])
-    Traceback (most recent call last):
-    ...
-    TypeError: unhashable type: 'list'
-    """
-    if type(key) is str:
-        return TEXT_TAG + key.encode()
-    if type(key) is bytes:
-        return BYTES_TAG + key
-    hash(key)  # the grouping's buckets are a dict: only hashable keys work there
-    return PICKLE_TAG + pickle.dumps(key, protocol=PICKLE_PROTOCOL)
 
 
 #: Key and value types whose equal pairs pickle alike (``1 == True``, ``0.0 == -0.0``: not
