@@ -21,6 +21,37 @@ from .sessions import local_session  # noqa: E402
 
 load_profile()  # the fast unit tier draws fewer examples (tests/examples.py)
 
+#: Folders and modules whose tests share a session fixture that is costly to make: one xdist
+#: worker runs all of them, so that it is made once (one Kafka broker, one standalone cluster,
+#: one run of the unbroken sketches). Every other test module is a unit of its own.
+SHARED = {
+    "tests/cluster/": "tests/cluster/",
+    "tests/integration/": "tests/integration/",
+    "tests/s3/": "tests/s3/",
+    "tests/spark/test_graph_crash_recovery.py": "unbroken-sketches",
+    "tests/spark/test_rescale_crash.py": "unbroken-sketches",
+}
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """With ``--dist loadfile`` (the default, pyproject.toml): a test module per worker at a
+    time, as xdist's, but the modules of each :data:`SHARED` entry in one unit.
+
+    Not ``--dist loadgroup`` with ``xdist_group`` marks: pytest-xdist 3.8 names a test's group
+    by rewriting ``item._nodeid``, which pytest 9 no longer reads, so every test becomes a
+    unit of its own (module fixtures made on both workers, two brokers, two clusters).
+    """
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedFixtureScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return next((g for p, g in SHARED.items() if module.startswith(p)), module)
+
+    return SharedFixtureScheduling(config, log)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def spark_scratch() -> Iterator[str]:

@@ -1,11 +1,14 @@
 """What the crash tests share: child jobs a crash point may SIGKILL, chains of crashes, references.
 
 A job module (``tests.spark.crash_job`` …) defines ``start(spark, …) -> StreamingQuery`` and
-runs it as a child with :func:`job_main`. A test runs that child at a crash point
-(:func:`run_child`), crashes it at several points in a row and then lets it finish
-(:func:`run_chain`), and gets the reference output from the same query, never interrupted, on
-the test session (:func:`run_unbroken`): no JVM to start, same session settings
-(:func:`tests.sessions.local_session`).
+ends with ``job_main(start)``: the one place that reads a child's command line, arms the crash
+points and builds its session (:func:`tests.sessions.local_session`). A test gives a child its
+input, output and checkpoint folders (:func:`work_args`), runs it at a crash point
+(:func:`crash_at`, which fails unless the point SIGKILLed it), crashes it at several points in
+a row and then lets it finish (:func:`run_chain`), compares the files it released
+(:func:`released_files`), and gets the reference output from the same query, never
+interrupted, on the test session (:func:`run_unbroken`): no JVM to start, same session
+settings.
 """
 
 from __future__ import annotations
@@ -55,16 +58,65 @@ assert set(faults.POINTS) <= set(PIPELINE)
 Start = Callable[[SparkSession], StreamingQuery]
 
 
-def job_main(start: Start, master: str = "local[2]") -> None:
-    """In the child: arm the crash points, run ``start``'s query to its end, stop Spark."""
+def job_arguments(argv: Sequence[str]) -> tuple[list[str], dict[str, str | bool]]:
+    """A child job's command line: positional arguments, and options by keyword.
+
+    ``--name=value`` is the keyword argument ``name`` (dashes become underscores), a bare
+    ``--name`` is ``name=True``; everything else is positional, in order.
+
+    >>> job_arguments(["in", "out", "--read-tasks=1,2", "--elastic"])
+    (['in', 'out'], {'read_tasks': '1,2', 'elastic': True})
+    """
+    positional: list[str] = []
+    options: dict[str, str | bool] = {}
+    for arg in argv:
+        if not arg.startswith("--"):
+            positional.append(arg)
+            continue
+        name, is_set, value = arg[2:].partition("=")
+        options[name.replace("-", "_")] = value if is_set else True
+    return positional, options
+
+
+def job_main(
+    start: Callable[..., StreamingQuery],
+    argv: Sequence[str] | None = None,
+    conf: Mapping[str, str] | None = None,
+) -> None:
+    """A child job's main: arm the crash points, run ``start``'s query to its end, stop Spark.
+
+    ``start(spark, *positional, **options)`` gets the command line (``argv``, default
+    ``sys.argv[1:]``) as :func:`job_arguments` reads it, but ``--master=<master>``, the
+    session's master (default ``local[2]``). ``conf``: more settings for the session.
+    """
+    args, options = job_arguments(sys.argv[1:] if argv is None else argv)
+    master = str(options.pop("master", "local[2]"))
     faults.arm()  # a crash point anywhere kills this driver's whole process group
     names = (faults.ENV, faults.SCOPE_ENV, faults.ONCE_ENV)
     # executors in cluster modes are separate JVMs: they get the crash settings as environment
-    conf = {f"spark.executorEnv.{n}": os.environ[n] for n in names if n in os.environ}
-    spark = local_session(master, conf)
-    query = start(spark)
+    crash = {f"spark.executorEnv.{n}": os.environ[n] for n in names if n in os.environ}
+    spark = local_session(master, {**(conf or {}), **crash})
+    query = start(spark, *args, **options)
     query.awaitTermination()
     spark.stop()
+
+
+def work_args(work: Path, *more: str) -> list[str]:
+    """A child's input, output and checkpoint folders in ``work`` (``in``, ``out``, ``ck``)."""
+    return [str(work / name) for name in ("in", "out", "ck")] + list(more)
+
+
+def released_files(out: Path, neutral: Path | None = None) -> dict[str, bytes]:
+    """The files a sink released in ``out`` (``part-*``) by name, in name order.
+
+    ``neutral``: a folder whose path (a row's source names its input file) becomes
+    ``<work>`` in them, so that runs in two folders compare equal.
+    """
+    parts = sorted(out.glob("part-*"))
+    if neutral is None:
+        return {p.name: p.read_bytes() for p in parts}
+    here = str(neutral).encode()
+    return {p.name: p.read_bytes().replace(here, b"<work>") for p in parts}
 
 
 def run_unbroken(start: Start, spark: SparkSession) -> None:
@@ -171,6 +223,11 @@ def run_child(module: str, args: Sequence[str], crash_at: str | None = None) -> 
     return done.returncode
 
 
+def crash_at(module: str, args: Sequence[str], crash: str) -> None:
+    """Run the job ``module`` with the crash point ``crash``, which must SIGKILL it."""
+    assert run_child(module, args, crash) == -signal.SIGKILL, f"{crash} was never reached"
+
+
 def run_chain(
     module: str,
     args: Sequence[str],
@@ -182,7 +239,7 @@ def run_chain(
     ``after_crash(crash)`` checks what is visible after each crash (before the restart).
     """
     for crash in crashes:
-        assert run_child(module, args, crash) == -signal.SIGKILL, f"{crash} was never reached"
+        crash_at(module, args, crash)
         if after_crash is not None:
             after_crash(crash)
     assert run_child(module, args) == 0

@@ -26,7 +26,6 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from flamestream.jvm import Shim, cluster_executors
-from flamestream.session import session_conf
 from flamestream.testing.standalone import app_conf
 
 from ..sessions import local_session
@@ -39,8 +38,8 @@ LIFETIME_S = 600.0
 
 
 def conf(master: str, mode: str) -> dict[str, str]:
-    """The session's settings: the plugin and listeners, and the cluster's or allocation's."""
-    settings = session_conf()
+    """The session's settings besides configure's: the cluster's or dynamic allocation's."""
+    settings: dict[str, str] = {}
     if master.startswith("spark://"):
         settings |= app_conf(executor_memory="512m", executors=8)
         settings["spark.scheduler.minRegisteredResourcesRatio"] = "0"  # start with any executor

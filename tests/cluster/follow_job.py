@@ -18,7 +18,6 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from flamestream.session import session_conf
 from flamestream.spark import apply_graph
 from flamestream.spark.control.key_layout import ElasticPolicy
 from flamestream.spark.durable import QueryCheckpoint
@@ -72,9 +71,7 @@ def layouts(checkpoint: Path) -> list[dict[str, Any]]:
 def main(master: str, work: str) -> None:
     """Run the following query on ``master``; write ``layouts.json``."""
     folder = Path(work)
-    conf = session_conf()
-    if master.startswith("spark://"):
-        conf |= app_conf()
+    conf = app_conf() if master.startswith("spark://") else {}
     spark = local_session(master, conf)
     run(spark, folder / "in", folder, ElasticPolicy(active=1, follow_cluster=True, settle=1))
     (folder / "layouts.json").write_text(json.dumps(layouts(folder / "ck")))

@@ -29,7 +29,7 @@ from flamestream.spark.exec.general.stateless import render_default
 from flamestream.testing import run_in_order
 from flamestream.testing.standalone import StandaloneCluster, StandaloneClusterError
 
-from ..crash import run_unbroken, spawn
+from ..crash import released_files, run_unbroken, spawn, work_args
 from ..spark.conftest import released, write_lines
 from . import wordcount_job
 
@@ -49,11 +49,7 @@ def make_input(folder: Path) -> None:
 
 def outputs(work: Path) -> dict[str, bytes]:
     """Released files by name; the work directory (in each line's source) made neutral."""
-    here = str(work).encode()
-    return {
-        p.name: p.read_bytes().replace(here, b"<work>")
-        for p in sorted((work / "out").glob("part-*"))
-    }
+    return released_files(work / "out", work)
 
 
 def reference_rows(work: Path) -> list[tuple[int, int, str]]:
@@ -74,7 +70,7 @@ def unbroken(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> d
     """The query on the test session (local[2]), never interrupted; its rows the reference's."""
     work = tmp_path_factory.mktemp("local")
     make_input(work / "in")
-    source, out, checkpoint = (str(work / d) for d in ("in", "out", "ck"))
+    source, out, checkpoint = work_args(work)
     run_unbroken(lambda s: wordcount_job.start(s, source, out, checkpoint), spark)
     rows = released(work / "out")
     got = [(r["ts"], r["front"], r["value"]) for r in rows if r["sink"] == "out"]

@@ -17,7 +17,6 @@ always make the same batches and global times.
 
 from __future__ import annotations
 
-import sys
 from operator import add
 
 from pyspark.sql import SparkSession
@@ -89,5 +88,4 @@ def start(
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:7]
-    job_main(lambda spark: start(spark, *args))
+    job_main(start)

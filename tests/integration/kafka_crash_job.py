@@ -5,8 +5,6 @@ python -m tests.integration.kafka_crash_job <servers> <in topic> <out topic> <ch
 
 from __future__ import annotations
 
-import sys
-
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -41,5 +39,4 @@ def start(
 
 
 if __name__ == "__main__":
-    servers, source, target, checkpoint = sys.argv[1:5]
-    job_main(lambda spark: start(spark, servers, source, target, checkpoint))
+    job_main(start)

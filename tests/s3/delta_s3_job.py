@@ -12,27 +12,22 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
-from flamestream.spark.connector import faults
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
-from ..sessions import local_session
+from ..crash import job_main
 from ..spark import delta_job
 from .s3_job import CONF_ENV
 
 
-def main(source: str, table: str, checkpoint: str, storage_options: str) -> None:
-    """Arm the crash points, start the query on a session configured for S3, run it out."""
-    faults.arm()  # a crash point anywhere kills this driver's whole process group
-    names = (faults.ENV, faults.SCOPE_ENV, faults.ONCE_ENV)
-    conf = {f"spark.executorEnv.{n}": os.environ[n] for n in names if n in os.environ}
-    conf.update(json.loads(os.environ[CONF_ENV]))
-    spark = local_session("local[2]", conf)
+def start(
+    spark: SparkSession, source: str, table: str, checkpoint: str, storage_options: str
+) -> StreamingQuery:
+    """:mod:`tests.spark.delta_job`'s query, the table's ``storageOptions`` given."""
     options = {"storageOptions": storage_options}
-    query = delta_job.start(spark, source, table, checkpoint, options=options)
-    query.awaitTermination()
-    spark.stop()
+    return delta_job.start(spark, source, table, checkpoint, options=options)
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    job_main(start, conf=json.loads(os.environ[CONF_ENV]))

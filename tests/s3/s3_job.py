@@ -19,32 +19,27 @@ import json
 import os
 import sys
 
-from flamestream.spark.connector import faults
-
+from ..crash import job_main
 from ..sessions import local_session
 from ..spark import crash_job, graph_crash_job
 
 CONF_ENV = "FLAMESTREAM_TEST_SPARK_CONF"
 
 
-def main(job: str, source: str, out: str = "", checkpoint: str = "", *rest: str) -> None:
-    """Arm the crash points, start ``job``'s query on a session configured for S3, run it out."""
-    faults.arm()  # a crash point anywhere kills this driver's whole process group
-    names = (faults.ENV, faults.SCOPE_ENV, faults.ONCE_ENV)
-    conf = {f"spark.executorEnv.{n}": os.environ[n] for n in names if n in os.environ}
-    conf.update(json.loads(os.environ[CONF_ENV]))
-    spark = local_session("local[2]", conf)
-    if job == "read":  # the output folder ``source``, as a Spark user reads it
-        lines = [row.value for row in spark.read.text(source).collect()]
+def main(job: str, *args: str) -> None:
+    """Run ``job``'s query to its end on a session configured for S3 (``read``: print a folder).
+
+    The crash jobs' :func:`tests.crash.job_main` reads ``args``, arms the crash points and
+    builds the session.
+    """
+    conf = json.loads(os.environ[CONF_ENV])
+    if job == "read":  # the output folder, as a Spark user reads it
+        spark = local_session("local[2]", conf)
+        lines = [row.value for row in spark.read.text(args[0]).collect()]
         print("RESULT " + json.dumps(sorted(lines)))
         spark.stop()
         return
-    if job == "graph":
-        query = graph_crash_job.start(spark, source, out, checkpoint)
-    else:
-        query = crash_job.start(spark, source, out, checkpoint, *rest)
-    query.awaitTermination()
-    spark.stop()
+    job_main(graph_crash_job.start if job == "graph" else crash_job.start, args, conf)
 
 
 if __name__ == "__main__":

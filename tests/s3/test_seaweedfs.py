@@ -8,6 +8,7 @@ and executors Spark starts do; S3A's jars match pyspark's Hadoop.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -99,19 +100,26 @@ def test_stop_ends_the_server_and_removes_its_files():
     server.stop()  # twice is fine
 
 
-def test_stop_leaves_nothing_in_the_temporary_directory(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-):
-    """weed's own log files (and their ``weed.INFO`` links) go in its work folder, not $TMPDIR."""
-    monkeypatch.setenv("TMPDIR", str(tmp_path))  # where weed's logger writes by default
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the work folder goes
-    server = SeaweedFS().start()
+def test_stop_leaves_nothing_in_the_temporary_directory(monkeypatch: pytest.MonkeyPatch):
+    """weed's own log files (and their ``weed.INFO`` links) go in its work folder, not $TMPDIR.
+
+    $TMPDIR is a fresh folder in the system's, not ``tmp_path``: weed's unix sockets go in its
+    work folder, and a socket's path has at most 107 bytes, which ``tmp_path`` in an xdist
+    worker (``…/popen-gw1/<test name>``) leaves too few of.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="fs-tmp-"))
+    monkeypatch.setenv("TMPDIR", str(folder))  # where weed's logger writes by default
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))  # where the work folder goes
     try:
-        workdir = server.log_path.parent
-        assert workdir.parent == tmp_path
-        server.filesystem().ls("")  # it serves, so it has logged
-        logs = sorted(p.name for p in workdir.glob("logs/*"))
+        server = SeaweedFS().start()
+        try:
+            workdir = server.log_path.parent
+            assert workdir.parent == folder
+            server.filesystem().ls("")  # it serves, so it has logged
+            logs = sorted(p.name for p in workdir.glob("logs/*"))
+        finally:
+            server.stop()
+        assert sorted(p.name for p in folder.iterdir()) == []
+        assert "weed.INFO" in logs  # the logs were there, only in the work folder
     finally:
-        server.stop()
-    assert sorted(p.name for p in tmp_path.iterdir()) == []
-    assert "weed.INFO" in logs  # the logs were there, only in the work folder
+        shutil.rmtree(folder, ignore_errors=True)

@@ -1,7 +1,7 @@
 """A files -> files flamestream query run as a child process by the crash tests.
 
-    python -m tests.spark.crash_job <input dir> <output dir> <checkpoint dir> [<master>] [<release>]
-        [<read tasks>]
+    python -m tests.spark.crash_job <input dir> <output dir> <checkpoint dir> [<release>]
+        [<read tasks>] [--master=<master>]
 
 With a master such as ``local-cluster[2,1,1024]``, executors are separate JVMs; the
 ``FLAMESTREAM_CRASH_*`` variables of this process are then handed to them as executor
@@ -14,8 +14,6 @@ is the sink's release mode (``commit`` or ``tasks``); ``read tasks`` the front's
 """
 
 from __future__ import annotations
-
-import sys
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -54,16 +52,5 @@ def start(
     )
 
 
-def main(
-    source: str,
-    out: str,
-    checkpoint: str,
-    master: str = "local[2]",
-    release: str = "commit",
-    read_tasks: str = "",
-) -> None:
-    job_main(lambda spark: start(spark, source, out, checkpoint, release, read_tasks), master)
-
-
 if __name__ == "__main__":
-    main(*sys.argv[1:7])
+    job_main(start)

@@ -8,8 +8,6 @@ always makes the same batches, global times and released rows.
 
 from __future__ import annotations
 
-import sys
-
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -39,5 +37,4 @@ def start(spark: SparkSession, source: str, table: str, checkpoint: str) -> Stre
 
 
 if __name__ == "__main__":
-    source, table, checkpoint = sys.argv[1:4]
-    job_main(lambda spark: start(spark, source, table, checkpoint))
+    job_main(start)

@@ -10,7 +10,6 @@ times); the sink is ``delta`` (default: ``<output>`` is the table) or ``files``.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
@@ -50,6 +49,4 @@ def start(
 
 
 if __name__ == "__main__":
-    source, out, checkpoint = sys.argv[1:4]
-    sink = sys.argv[4] if len(sys.argv) > 4 else "delta"
-    job_main(lambda spark: start(spark, source, out, checkpoint, sink))
+    job_main(start)

@@ -14,8 +14,6 @@ A's sink and B's sink have crash points of their own (``sink.delta.writing``,
 
 from __future__ import annotations
 
-import sys
-
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -60,5 +58,4 @@ def both(spark: SparkSession, source: str, table: str, out: str, work: str) -> S
 
 
 if __name__ == "__main__":
-    source, table, out, work = sys.argv[1:5]
-    job_main(lambda spark: both(spark, source, table, out, work))
+    job_main(both)

@@ -1,21 +1,20 @@
 """Word count on Spark (files front -> graph -> files sink), run as a child by the crash tests.
 
-    python -m tests.spark.graph_crash_job <input dir> <output dir> <checkpoint dir> [elastic]
-        [columns=<the sink's columns option>] [passthrough] [sketches]
+    python -m tests.spark.graph_crash_job <input dir> <output dir> <checkpoint dir> [--elastic]
+        [--columns=<the sink's columns option>] [--empty] [--sketched]
 
 Trigger.AvailableNow with maxRecordsPerTrigger and clock=logical: the same input always makes
 the same batches and global times, so an interrupted and restarted run must release exactly
-what an unbroken one does. ``elastic``: key ranges move between the two keyed partitions on
-every imbalance (the state per slot must survive the crashes too). ``columns=…``: the files
-sink's ``columns`` option (default ``all``). ``passthrough``: the empty graph (source straight
+what an unbroken one does. ``--elastic``: key ranges move between the two keyed partitions on
+every imbalance (the state per slot must survive the crashes too). ``--columns=…``: the files
+sink's ``columns`` option (default ``all``). ``--empty``: the empty graph (source straight
 to sink) through ``write_stream``, ``release=tasks``: the fronts send the sink its rows in
-blocks. ``sketches``: approximate aggregations instead of the word count (:func:`sketches`),
+blocks. ``--sketched``: approximate aggregations instead of the word count (:func:`sketches`),
 rendered by ``render_json``: the sketches are keyed state, their bytes released.
 """
 
 from __future__ import annotations
 
-import sys
 import zlib
 from operator import add
 
@@ -142,10 +141,4 @@ def start(
 
 
 if __name__ == "__main__":
-    source, out, checkpoint = sys.argv[1:4]
-    rest = sys.argv[4:]
-    elastic = "elastic" in rest
-    columns = next((a.split("=", 1)[1] for a in rest if a.startswith("columns=")), "all")
-    empty = "passthrough" in rest
-    sketched = "sketches" in rest
-    job_main(lambda spark: start(spark, source, out, checkpoint, elastic, columns, empty, sketched))
+    job_main(start)

@@ -9,8 +9,6 @@ switch in batch 2, live after it) and global times.
 
 from __future__ import annotations
 
-import sys
-
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -47,9 +45,5 @@ def start(
     )
 
 
-def main(history: str, live: str, out: str, checkpoint: str) -> None:
-    job_main(lambda spark: start(spark, history, live, out, checkpoint))
-
-
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    job_main(start)

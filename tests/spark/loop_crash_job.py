@@ -9,8 +9,6 @@ interrupted and restarted run must release exactly what an unbroken one does.
 
 from __future__ import annotations
 
-import sys
-
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -47,5 +45,4 @@ def start(spark: SparkSession, source: str, out: str, checkpoint: str) -> Stream
 
 
 if __name__ == "__main__":
-    source, out, checkpoint = sys.argv[1:4]
-    job_main(lambda spark: start(spark, source, out, checkpoint))
+    job_main(start)

@@ -1,16 +1,14 @@
 """Word count on 4 key partitions whose slots migrate, run as a child by the rescale crash test.
 
-    python -m tests.spark.rescale_crash_job <input dir> <output dir> <checkpoint dir> [sketches]
+    python -m tests.spark.rescale_crash_job <input dir> <output dir> <checkpoint dir> [--sketched]
 
 The same query as :mod:`tests.spark.graph_crash_job` (same input, read limit and clock, hence
 the same batches and global times), elastic with loads never judged: only the rescale
-requests the test submits before the first run move slots, 3 per batch. ``sketches``: that
+requests the test submits before the first run move slots, 3 per batch. ``--sketched``: that
 job's approximate aggregations instead of the word count.
 """
 
 from __future__ import annotations
-
-import sys
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -59,6 +57,4 @@ def start(
 
 
 if __name__ == "__main__":
-    source, out, checkpoint = sys.argv[1:4]
-    sketched = "sketches" in sys.argv[4:]
-    job_main(lambda spark: start(spark, source, out, checkpoint, sketched))
+    job_main(start)

@@ -10,8 +10,6 @@ retention.
 
 from __future__ import annotations
 
-import sys
-
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -31,5 +29,4 @@ def start(spark: SparkSession, source: str, out: str, checkpoint: str) -> Stream
 
 
 if __name__ == "__main__":
-    source, out, checkpoint = sys.argv[1:4]
-    job_main(lambda spark: start(spark, source, out, checkpoint))
+    job_main(start)

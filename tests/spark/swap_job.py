@@ -10,7 +10,6 @@ The count is declared (``count``): its split runs in Arrow until the split is sw
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -61,5 +60,4 @@ def start(spark: SparkSession, source: str, out: str, checkpoint: str) -> Stream
 
 
 if __name__ == "__main__":
-    source, out, checkpoint = sys.argv[1:4]
-    job_main(lambda spark: start(spark, source, out, checkpoint))
+    job_main(start)

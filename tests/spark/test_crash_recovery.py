@@ -19,7 +19,14 @@ from pyspark.sql import SparkSession
 
 from flamestream.spark.connector.faults import POINTS
 
-from ..crash import reachable_in_turn, released_so_far_is, run_chain, run_unbroken
+from ..crash import (
+    reachable_in_turn,
+    released_files,
+    released_so_far_is,
+    run_chain,
+    run_unbroken,
+    work_args,
+)
 from . import crash_job
 from .conftest import write_lines
 
@@ -34,22 +41,18 @@ def make_input(folder: Path) -> None:
 
 
 def job_args(work: Path, master: str = "local[2]", release: str = "commit") -> list[str]:
-    return [str(work / d) for d in ("in", "out", "ck")] + [master, release]
+    return work_args(work, release, f"--master={master}")
 
 
 def outputs(work: Path) -> dict[str, bytes]:
     """Released files by name; the work directory (in each row's source) made neutral."""
-    here = str(work).encode()
-    return {
-        p.name: p.read_bytes().replace(here, b"<work>")
-        for p in sorted((work / "out").glob("part-*"))
-    }
+    return released_files(work / "out", work)
 
 
 def unbroken_outputs(spark: SparkSession, work: Path, release: str = "commit") -> dict[str, bytes]:
     """The job's query on ``work``'s copy of the input, run on the test session, uninterrupted."""
     make_input(work / "in")
-    source, out, checkpoint = (str(work / d) for d in ("in", "out", "ck"))
+    source, out, checkpoint = work_args(work)
     run_unbroken(lambda s: crash_job.start(s, source, out, checkpoint, release), spark)
     return outputs(work)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from ..crash import run_chain, run_unbroken
+from ..crash import released_files, run_chain, run_unbroken
 from . import delta_pipeline_job
 from .test_delta_sink import batches, make_input, table_rows
 
@@ -29,10 +29,6 @@ JOB = "tests.spark.delta_pipeline_job"
 
 #: A's crash (its delta sink, batch 1), then B's (its files sink, batch 1).
 CRASHES = ["sink.commit.released:1", "sink.commit.published:1"]
-
-
-def outputs(out: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(out.glob("part-*"))}
 
 
 def args(work: Path) -> list[str]:
@@ -51,7 +47,10 @@ def test_two_queries_through_a_delta_table_release_every_row_once_across_kills(
     make_input(crashed / "in")
     seen: dict[str, dict[str, bytes]] = {}
     run_chain(
-        JOB, args(crashed), CRASHES, lambda crash: seen.update({crash: outputs(crashed / "out")})
+        JOB,
+        args(crashed),
+        CRASHES,
+        lambda crash: seen.update({crash: released_files(crashed / "out")}),
     )
     assert batches(crashed / "table") == batches(unbroken / "table")
     assert table_rows(crashed / "table") == table_rows(unbroken / "table")
@@ -62,8 +61,8 @@ def test_two_queries_through_a_delta_table_release_every_row_once_across_kills(
     run_unbroken(
         lambda s: delta_pipeline_job.start_b(s, table, str(again / "out"), str(again)), spark
     )
-    expected = outputs(again / "out")
-    assert outputs(crashed / "out") == expected
+    expected = released_files(again / "out")
+    assert released_files(crashed / "out") == expected
     assert seen[CRASHES[1]] == {name: expected.get(name) for name in seen[CRASHES[1]]}
     assert seen[CRASHES[1]]  # B had released batch 0 (and a part of batch 1) when killed
     rows = [json.loads(line) for part in expected.values() for line in part.splitlines()]

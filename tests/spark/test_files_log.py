@@ -36,7 +36,7 @@ from flamestream.spark.durable.sink_log import (
     committed_files,
 )
 
-from ..crash import reachable_in_turn, run_child, run_unbroken
+from ..crash import crash_at, reachable_in_turn, run_child, run_unbroken, work_args
 from . import crash_job
 from .conftest import files_front, run_to_files
 from .test_crash_recovery import make_input
@@ -80,7 +80,7 @@ def unbroken(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> P
     """The crash tests' passthrough, ``release=tasks``, run to its end uninterrupted."""
     work = tmp_path_factory.mktemp("unbroken-log")
     make_input(work / "in")
-    source, out, checkpoint = (str(work / d) for d in ("in", "out", "ck"))
+    source, out, checkpoint = work_args(work)
     run_unbroken(lambda s: crash_job.start(s, source, out, checkpoint, "tasks"), spark)
     return work
 
@@ -259,11 +259,11 @@ def test_a_reader_in_a_crash_sweep_sees_whole_committed_batches_only(
 ):
     work = sweep_work
     out = work / "out"
-    args = [str(work / d) for d in ("in", "out", "ck")] + ["local[2]", "tasks"]
+    args = work_args(work, "tasks")
     half_listed = 0
     with LoopReader(spark, out, work) as reader:
         for crash, read_tasks in SWEEP:
-            assert run_child(JOB, [*args, read_tasks], crash) < 0, f"{crash} was never reached"
+            crash_at(JOB, [*args, read_tasks], crash)
             seen = spark_lines(spark, out, work)
             assert prefix(seen, batches) is not None, (crash, seen)
             batch = int(crash.rsplit(":", 1)[1])

@@ -16,7 +16,14 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from ..crash import reachable_in_turn, released_so_far_is, run_chain, run_unbroken
+from ..crash import (
+    reachable_in_turn,
+    released_files,
+    released_so_far_is,
+    run_chain,
+    run_unbroken,
+    work_args,
+)
 from . import graph_crash_job
 from .conftest import write_lines
 
@@ -26,14 +33,6 @@ JOB = "tests.spark.graph_crash_job"
 def make_input(folder: Path) -> None:
     write_lines(folder / "a.txt", ["the cat", "the dog", "a cat and a dog", "the end", "cat"])
     write_lines(folder / "b.txt", ["dog dog", "the bird", "a bird", "bird and cat"])
-
-
-def job_args(work: Path) -> list[str]:
-    return [str(work / d) for d in ("in", "out", "ck")]
-
-
-def outputs(work: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted((work / "out").glob("part-*"))}
 
 
 def narrowed(files: dict[str, bytes], columns: list[str]) -> dict[str, bytes]:
@@ -50,8 +49,8 @@ def narrowed(files: dict[str, bytes], columns: list[str]) -> dict[str, bytes]:
 def unbroken(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     work = tmp_path_factory.mktemp("unbroken-graph")
     make_input(work / "in")
-    run_unbroken(lambda s: graph_crash_job.start(s, *job_args(work)), spark)
-    files = outputs(work)
+    run_unbroken(lambda s: graph_crash_job.start(s, *work_args(work)), spark)
+    files = released_files(work / "out")
     lines = b"".join(files.values()).decode().splitlines()
     assert len(files) >= 2
     assert sum(1 for line in lines if '"value":"the=' in line) == 4  # every update released
@@ -74,9 +73,9 @@ def test_killed_word_count_recovers_to_exactly_the_unbroken_output(
     crashes: list[str], unbroken: dict[str, bytes], tmp_path: Path
 ):
     make_input(tmp_path / "in")
-    check = released_so_far_is(unbroken, lambda: outputs(tmp_path))
-    run_chain(JOB, job_args(tmp_path), crashes, check)
-    assert outputs(tmp_path) == unbroken
+    check = released_so_far_is(unbroken, lambda: released_files(tmp_path / "out"))
+    run_chain(JOB, work_args(tmp_path), crashes, check)
+    assert released_files(tmp_path / "out") == unbroken
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +84,7 @@ def unbroken_elastic(
 ) -> dict[str, bytes]:
     work = tmp_path_factory.mktemp("unbroken-elastic")
     make_input(work / "in")
-    run_unbroken(lambda s: graph_crash_job.start(s, *job_args(work), elastic=True), spark)
+    run_unbroken(lambda s: graph_crash_job.start(s, *work_args(work), elastic=True), spark)
     decisions = 0
     for path in (work / "ck" / "offsets").iterdir():
         if path.name.isdigit():
@@ -93,7 +92,7 @@ def unbroken_elastic(
                 if '"flamestreamLayout"' in line:
                     decisions = max(decisions, json.loads(line)["decisions"])
     assert decisions >= 1, "the layout never moved: the test would not test moving state"
-    return outputs(work)
+    return released_files(work / "out")
 
 
 ELASTIC = ["graph.keyed.saved:1", "sink.commit.released:2"]
@@ -106,9 +105,9 @@ def test_killed_elastic_word_count_recovers_to_exactly_the_unbroken_output(
     the same as the fixed layout's."""
     assert reachable_in_turn(ELASTIC)
     make_input(tmp_path / "in")
-    check = released_so_far_is(unbroken_elastic, lambda: outputs(tmp_path))
-    run_chain(JOB, [*job_args(tmp_path), "elastic"], ELASTIC, check)
-    assert outputs(tmp_path) == unbroken_elastic
+    check = released_so_far_is(unbroken_elastic, lambda: released_files(tmp_path / "out"))
+    run_chain(JOB, [*work_args(tmp_path), "--elastic"], ELASTIC, check)
+    assert released_files(tmp_path / "out") == unbroken_elastic
     assert [json.loads(x)["value"] for x in b"".join(unbroken_elastic.values()).splitlines()] == [
         json.loads(x)["value"] for x in b"".join(unbroken.values()).splitlines()
     ]
@@ -124,10 +123,10 @@ def test_killed_word_count_writing_value_and_time_releases_the_same_rows(
     first = json.loads(next(iter(unbroken.values())).splitlines()[0])
     assert list(first) == ["ts", "front", "trace", "flags", "source", "position", "sink", "value"]
     make_input(tmp_path / "in")
-    check = released_so_far_is(expected, lambda: outputs(tmp_path))
-    args = [*job_args(tmp_path), "columns=value,time"]
+    check = released_so_far_is(expected, lambda: released_files(tmp_path / "out"))
+    args = [*work_args(tmp_path), "--columns=value,time"]
     run_chain(JOB, args, ["sink.commit.released:1"], check)
-    assert outputs(tmp_path) == expected
+    assert released_files(tmp_path / "out") == expected
 
 
 def estimates(files: dict[str, bytes]) -> list[tuple[str, dict[str, Any]]]:
@@ -140,8 +139,8 @@ def sketches_unbroken(spark: SparkSession, work: Path) -> dict[str, bytes]:
     """The approximate aggregations' files, never interrupted, on a fixed layout: each sketch
     left its exact mode (the ``unbroken_sketches`` fixture, shared with the rescale test)."""
     make_input(work / "in")
-    run_unbroken(lambda s: graph_crash_job.start(s, *job_args(work), sketched=True), spark)
-    files = outputs(work)
+    run_unbroken(lambda s: graph_crash_job.start(s, *work_args(work), sketched=True), spark)
+    files = released_files(work / "out")
     released = estimates(files)
     lines = [line for f in sorted((work / "in").iterdir()) for line in f.read_text().splitlines()]
     letters = sum(len(graph_crash_job.letters(line)) for line in lines)
@@ -173,9 +172,9 @@ def test_killed_sketches_recover_to_exactly_the_unbroken_output(
     unbroken run's, byte for byte."""
     assert reachable_in_turn(SKETCHED)
     make_input(tmp_path / "in")
-    check = released_so_far_is(unbroken_sketches, lambda: outputs(tmp_path))
-    run_chain(JOB, [*job_args(tmp_path), "sketches"], SKETCHED, check)
-    assert outputs(tmp_path) == unbroken_sketches
+    check = released_so_far_is(unbroken_sketches, lambda: released_files(tmp_path / "out"))
+    run_chain(JOB, [*work_args(tmp_path), "--sketched"], SKETCHED, check)
+    assert released_files(tmp_path / "out") == unbroken_sketches
 
 
 PASSTHROUGH = ["sink.write:1", "sink.commit.released:2"]
@@ -191,8 +190,8 @@ def test_killed_passthrough_recovers_to_exactly_the_unbroken_output(
     work = tmp_path / "unbroken"
     make_input(work / "in")
     start = graph_crash_job.start
-    run_unbroken(lambda s: start(s, *job_args(work), empty=True), spark)
-    unbroken = outputs(work)
+    run_unbroken(lambda s: start(s, *work_args(work), empty=True), spark)
+    unbroken = released_files(work / "out")
     rows = [json.loads(x) for x in b"".join(unbroken.values()).splitlines()]
     lines = [
         line
@@ -201,6 +200,6 @@ def test_killed_passthrough_recovers_to_exactly_the_unbroken_output(
     ]
     assert sorted(r["value"] for r in rows) == sorted(lines) and len(unbroken) >= 2
     make_input(tmp_path / "in")
-    check = released_so_far_is(unbroken, lambda: outputs(tmp_path))
-    run_chain(JOB, [*job_args(tmp_path), "passthrough"], PASSTHROUGH, check)
-    assert outputs(tmp_path) == unbroken
+    check = released_so_far_is(unbroken, lambda: released_files(tmp_path / "out"))
+    run_chain(JOB, [*work_args(tmp_path), "--empty"], PASSTHROUGH, check)
+    assert released_files(tmp_path / "out") == unbroken

@@ -24,7 +24,14 @@ from flamestream.spark import SparkGraph, apply_graph
 from flamestream.spark.durable import QueryCheckpoint
 from flamestream.spark.durable.loop import AckTable
 
-from ..crash import reachable_in_turn, released_so_far_is, run_chain, run_unbroken
+from ..crash import (
+    reachable_in_turn,
+    released_files,
+    released_so_far_is,
+    run_chain,
+    run_unbroken,
+    work_args,
+)
 from . import loop_crash_job
 from .conftest import run_writer, write_lines
 from .test_graph_on_spark import expected, fronts, read_rows, to_files
@@ -226,14 +233,6 @@ def test_a_restart_with_items_in_the_loop_gives_the_same_output(
 LOOP_CRASHES = ["graph.loop.sent:0", "graph.loop.received:2"]
 
 
-def loop_job_args(work: Path) -> list[str]:
-    return [str(work / d) for d in ("in", "out", "ck")]
-
-
-def outputs(work: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted((work / "out").glob("part-*"))}
-
-
 def test_killed_connected_components_recover_to_exactly_the_unbroken_output(
     spark: SparkSession, edge_files: tuple[Path, list[str]], tmp_path: Path
 ):
@@ -242,12 +241,12 @@ def test_killed_connected_components_recover_to_exactly_the_unbroken_output(
     unbroken_work, crashed_work = tmp_path / "unbroken", tmp_path / "crashed"
     for work in (unbroken_work, crashed_work):
         shutil.copytree(folder, work / "in")
-    run_unbroken(lambda s: loop_crash_job.start(s, *loop_job_args(unbroken_work)), spark)
-    unbroken = outputs(unbroken_work)
+    run_unbroken(lambda s: loop_crash_job.start(s, *work_args(unbroken_work)), spark)
+    unbroken = released_files(unbroken_work / "out")
     assert len(unbroken) >= 3
-    check = released_so_far_is(unbroken, lambda: outputs(crashed_work))
-    run_chain("tests.spark.loop_crash_job", loop_job_args(crashed_work), LOOP_CRASHES, check)
-    assert outputs(crashed_work) == unbroken
+    check = released_so_far_is(unbroken, lambda: released_files(crashed_work / "out"))
+    run_chain("tests.spark.loop_crash_job", work_args(crashed_work), LOOP_CRASHES, check)
+    assert released_files(crashed_work / "out") == unbroken
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,13 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from ..crash import reachable_in_turn, released_so_far_is, run_chain, run_unbroken
+from ..crash import (
+    reachable_in_turn,
+    released_files,
+    released_so_far_is,
+    run_chain,
+    run_unbroken,
+)
 from . import history_crash_job
 from .test_history_then_live import offsets, position_case
 
@@ -26,10 +32,6 @@ def job_args(work: Path) -> list[str]:
     return [str(work / d) for d in ("history", "live", "out", "ck")]
 
 
-def outputs(work: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted((work / "out").glob("part-*"))}
-
-
 @pytest.fixture(scope="module")
 def unbroken(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     work = tmp_path_factory.mktemp("unbroken-history")
@@ -37,7 +39,7 @@ def unbroken(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> d
     run_unbroken(lambda s: history_crash_job.start(s, *job_args(work)), spark)
     phases = [o["history"]["phase"] for o in offsets(work / "ck")]
     assert phases.index("live") == SWITCH
-    files = outputs(work)
+    files = released_files(work / "out")
     lines = b"".join(files.values()).decode().splitlines()
     assert sum(1 for line in lines if '"value":"the=' in line) == 4  # every update released
     return files
@@ -57,7 +59,7 @@ def test_killed_backfill_and_switch_recover_to_exactly_the_unbroken_output(
     crashes: list[str], unbroken: dict[str, bytes], tmp_path: Path
 ):
     position_case(tmp_path, archived=5)
-    same = released_so_far_is(unbroken, lambda: outputs(tmp_path))
+    same = released_so_far_is(unbroken, lambda: released_files(tmp_path / "out"))
 
     def check(crash: str) -> None:
         same(crash)
@@ -65,5 +67,5 @@ def test_killed_backfill_and_switch_recover_to_exactly_the_unbroken_output(
             shutil.rmtree(tmp_path / "history")
 
     run_chain(JOB, job_args(tmp_path), crashes, check)
-    assert outputs(tmp_path) == unbroken
+    assert released_files(tmp_path / "out") == unbroken
     assert not (tmp_path / "history").exists()

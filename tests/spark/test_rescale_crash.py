@@ -20,7 +20,14 @@ from flamestream.spark import SparkGraph
 from flamestream.spark.control.key_layout import slot_of
 from flamestream.spark.exec.general.items import encode_key
 
-from ..crash import reachable_in_turn, released_so_far_is, run_chain, run_unbroken
+from ..crash import (
+    reachable_in_turn,
+    released_files,
+    released_so_far_is,
+    run_chain,
+    run_unbroken,
+    work_args,
+)
 from . import graph_crash_job, rescale_crash_job
 from .test_elastic_layout import layouts
 from .test_graph_crash_recovery import make_input
@@ -37,9 +44,9 @@ def test_a_crash_during_a_migration_batch_recovers_to_the_same_bytes(
     of the same word count run unbroken on a fixed layout."""
     fixed = tmp_path_factory.mktemp("fixed")
     make_input(fixed / "in")
-    paths = [str(fixed / d) for d in ("in", "out", "ck")]
+    paths = work_args(fixed)
     run_unbroken(lambda s: graph_crash_job.start(s, *paths), spark)
-    unbroken = files(fixed / "out")
+    unbroken = released_files(fixed / "out")
     assert len(unbroken) >= 2
     work = tmp_path_factory.mktemp("crashed")
     make_input(work / "in")
@@ -48,9 +55,9 @@ def test_a_crash_during_a_migration_batch_recovers_to_the_same_bytes(
     control.rescale(4, not_before_batch=3)
     chain = ["control.plan:1", "graph.keyed.saved:2"]
     assert reachable_in_turn(chain)
-    check = released_so_far_is(unbroken, lambda: files(work / "out"))
-    run_chain(JOB, [str(work / d) for d in ("in", "out", "ck")], chain, check)
-    assert files(work / "out") == unbroken
+    check = released_so_far_is(unbroken, lambda: released_files(work / "out"))
+    run_chain(JOB, work_args(work), chain, check)
+    assert released_files(work / "out") == unbroken
     found = layouts(work / "ck")
     moving = [batch for batch, offset in enumerate(found) if offset.get("moved")]
     assert moving[:3] == [1, 2, 3], found  # batch 2 crashed and replayed mid-migration
@@ -60,11 +67,6 @@ def test_a_crash_during_a_migration_batch_recovers_to_the_same_bytes(
     # each request consumed once, though batch 1 was planned again after the first crash
     consumed = {r["request"]: r["decision"] for o in found for r in o.get("requests", [])}
     assert len(consumed) == 2 and not any(d.startswith("refused") for d in consumed.values())
-
-
-def files(out: Path) -> dict[str, bytes]:
-    """The released files by name."""
-    return {p.name: p.read_bytes() for p in sorted(out.glob("part-*"))}
 
 
 def test_sketches_in_migrating_slots_release_the_fixed_layouts_bytes(
@@ -78,15 +80,15 @@ def test_sketches_in_migrating_slots_release_the_fixed_layouts_bytes(
     control = SparkGraph.control(str(tmp_path / "ck"))
     control.rescale(1, not_before_batch=1)
     control.rescale(4, not_before_batch=3)
-    paths = [str(tmp_path / d) for d in ("in", "out", "ck")]
+    paths = work_args(tmp_path)
     run_unbroken(lambda s: rescale_crash_job.start(s, *paths, sketched=True), spark)
-    assert files(tmp_path / "out") == unbroken_sketches
+    assert released_files(tmp_path / "out") == unbroken_sketches
     found = batch_layouts(tmp_path / "ck")
     assert found[-1]["active"] == 4 and found[-1]["target"] is None
     # the (sink, key) of each estimate released, per batch (part-<batch>.jsonl)
     updated = {
         int(name.split("-")[1].split(".")[0]): released_keys(data)
-        for name, data in files(tmp_path / "out").items()
+        for name, data in released_files(tmp_path / "out").items()
     }
     slots = len(found[0]["assignment"])
     carried = {

@@ -23,7 +23,14 @@ from flamestream.spark.durable.loop import KEEP_BATCHES as LOOP_KEEP
 from flamestream.spark.durable.sink_log import DEFAULT_INTERVAL, METADATA_DIR, committed_files
 from flamestream.spark.durable.state import KEEP_SNAPSHOTS
 
-from ..crash import reachable_in_turn, released_so_far_is, run_chain, run_unbroken
+from ..crash import (
+    reachable_in_turn,
+    released_files,
+    released_so_far_is,
+    run_chain,
+    run_unbroken,
+    work_args,
+)
 from . import retention_job
 from .conftest import write_lines
 from .retention_job import RETAIN, RETAIN_CONF
@@ -34,18 +41,10 @@ JOB = "tests.spark.retention_job"
 CRASHES = ["sink.commit.released:12"]
 
 
-def job_args(work: Path) -> list[str]:
-    return [str(work / d) for d in ("in", "out", "ck")]
-
-
 def make_input(folder: Path) -> None:
     """Many edges, each its own component: many batches, each light (one round in the loop)."""
     write_lines(folder / "a.txt", [f"{2 * n} {2 * n + 1}" for n in range(30)])
     write_lines(folder / "b.txt", [f"{2 * n} {2 * n + 1}" for n in range(30, 48)])
-
-
-def outputs(work: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted((work / "out").glob("part-*"))}
 
 
 def entries(folder: Path) -> int:
@@ -117,7 +116,7 @@ def unbroken(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> P
     make_input(work / "in")
     before = spark.conf.get(RETAIN_CONF, None)
     try:
-        run_unbroken(lambda s: retention_job.start(s, *job_args(work)), spark)
+        run_unbroken(lambda s: retention_job.start(s, *work_args(work)), spark)
     finally:
         if before is None:
             spark.conf.unset(RETAIN_CONF)
@@ -131,7 +130,7 @@ def test_many_batches_leave_every_store_bounded(unbroken: Path, spark: SparkSess
     every_batch = [bound for name, bound in BOUNDS.items() if name not in PERIODIC]
     assert batches >= 2 * max(every_batch), f"only {batches} batches: nothing to bound"
     assert batches >= 2 * RETAIN_EVERY  # the periodic retention ran twice, and dropped files
-    assert len(outputs(unbroken)) >= 5  # releases all along, not only at the end
+    assert len(released_files(unbroken / "out")) >= 5  # releases all along, not only at the end
     # the output's log, compacted and cleaned up meanwhile, names every released file
     out = unbroken / "out"
     released = sorted(str(p) for p in out.glob("part-*"))
@@ -145,7 +144,12 @@ def test_a_run_killed_after_the_stores_dropped_files_recovers_exactly_once(
 ):
     assert reachable_in_turn(CRASHES)
     make_input(tmp_path / "in")
-    want = outputs(unbroken)
-    run_chain(JOB, job_args(tmp_path), CRASHES, released_so_far_is(want, lambda: outputs(tmp_path)))
-    assert outputs(tmp_path) == want
+    want = released_files(unbroken / "out")
+    run_chain(
+        JOB,
+        work_args(tmp_path),
+        CRASHES,
+        released_so_far_is(want, lambda: released_files(tmp_path / "out")),
+    )
+    assert released_files(tmp_path / "out") == want
     check_bounded(tmp_path)

@@ -16,9 +16,16 @@ from pyspark.sql import SparkSession
 from flamestream.spark import SparkGraph
 from flamestream.spark.durable import QueryCheckpoint
 
-from ..crash import reachable_in_turn, released_so_far_is, run_chain, run_unbroken
+from ..crash import (
+    reachable_in_turn,
+    released_files,
+    released_so_far_is,
+    run_chain,
+    run_unbroken,
+    work_args,
+)
 from . import swap_job
-from .test_swap_on_spark import args, first_run, later_input, outputs, swap_time
+from .test_swap_on_spark import first_run, later_input, swap_time
 
 JOB = "tests.spark.swap_job"
 
@@ -27,7 +34,7 @@ def unbroken_run(spark: SparkSession, work: Path) -> None:
     first_run(spark, work)
     SparkGraph.control(str(work / "ck")).swap("split", swap_job.shouting())
     later_input(work)
-    run_unbroken(lambda s: swap_job.start(s, *args(work)), spark)
+    run_unbroken(lambda s: swap_job.start(s, *work_args(work)), spark)
 
 
 def test_killed_around_the_swap_batch_recovers_to_the_unbroken_output(
@@ -48,7 +55,12 @@ def test_killed_around_the_swap_batch_recovers_to_the_unbroken_output(
         f"sink.commit.released:{batch + 1}",  # after: the next batch's output released
     ]
     assert reachable_in_turn(chain)
-    expected = outputs(unbroken)
-    run_chain(JOB, args(crashed), chain, released_so_far_is(expected, lambda: outputs(crashed)))
-    assert outputs(crashed) == expected
+    expected = released_files(unbroken / "out")
+    run_chain(
+        JOB,
+        work_args(crashed),
+        chain,
+        released_so_far_is(expected, lambda: released_files(crashed / "out")),
+    )
+    assert released_files(crashed / "out") == expected
     assert swap_time(crashed) == swap_time(unbroken)

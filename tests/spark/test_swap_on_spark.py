@@ -22,7 +22,7 @@ from flamestream.spark import SparkGraph
 from flamestream.spark.durable.functions import Withdrawals
 from flamestream.testing import run_in_order
 
-from ..crash import run_unbroken
+from ..crash import run_unbroken, work_args
 from . import swap_job
 from .conftest import released, write_lines
 
@@ -32,22 +32,14 @@ LATER = ["the bird sings", "a bird and a cat", "dog days", "the cat", "end"]
 OTHER = ["bird bird", "the quick fox", "fox and dog"]
 
 
-def args(work: Path) -> list[str]:
-    return [str(work / d) for d in ("in", "out", "ck")]
-
-
 def first_run(spark: SparkSession, work: Path) -> None:
     write_lines(work / "in" / "a.txt", FIRST)
-    run_unbroken(lambda s: swap_job.start(s, *args(work)), spark)
+    run_unbroken(lambda s: swap_job.start(s, *work_args(work)), spark)
 
 
 def later_input(work: Path) -> None:
     write_lines(work / "in" / "a.txt", LATER)
     write_lines(work / "in" / "b.txt", OTHER)
-
-
-def outputs(work: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted((work / "out").glob("part-*"))}
 
 
 def control_offsets(work: Path) -> dict[int, dict[str, Any]]:
@@ -78,7 +70,7 @@ def unbroken(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> P
     first_run(spark, work)
     SparkGraph.control(str(work / "ck")).swap("split", swap_job.shouting())
     later_input(work)
-    run_unbroken(lambda s: swap_job.start(s, *args(work)), spark)
+    run_unbroken(lambda s: swap_job.start(s, *work_args(work)), spark)
     return work
 
 
@@ -157,7 +149,7 @@ def test_a_raising_swapped_function_is_reported_and_withdrawn_the_old_one_stays_
     SparkGraph.control(str(tmp_path / "ck")).swap("split", _raising())
     later_input(tmp_path)
     with pytest.raises(Exception, match="step 'split'") as failed:
-        run_unbroken(lambda s: swap_job.start(s, *args(tmp_path)), spark)
+        run_unbroken(lambda s: swap_job.start(s, *work_args(tmp_path)), spark)
     message = str(failed.value)
     assert "explode" in message and "ValueError" in message and "no birds" in message
     assert "determinant" in message and re.search(r"[ab]\.txt", message)
@@ -169,7 +161,7 @@ def test_a_raising_swapped_function_is_reported_and_withdrawn_the_old_one_stays_
     assert "ValueError: no birds" in withdrawal["error"]
     # restarted: the failed batch runs again with the function from before the swap, and
     # every batch after it; the control channel drops the swap and says why
-    run_unbroken(lambda s: swap_job.start(s, *args(tmp_path)), spark)
+    run_unbroken(lambda s: swap_job.start(s, *work_args(tmp_path)), spark)
     got, inputs = released_and_inputs(tmp_path)
     unswapped = run_in_order(swap_job.word_count(), inputs)
     assert got == sorted((t.ts, t.front, p) for t, p in unswapped.timed())
