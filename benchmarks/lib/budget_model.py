@@ -51,6 +51,8 @@ class Workload:
     move_ms_per_mb: float = 20.0
     cores: int = 2
     idle_ms: float = 100.0
+    #: whether the measurements carry the backlog (on Spark the control channel sees none)
+    backlog_seen: bool = True
     cpu_batch_ms: float = 150.0
     cpu_task_ms: float = 60.0
     cpu_per_row_ms: float = 0.02
@@ -234,7 +236,7 @@ def simulate(
                 tuple(items),
                 tuple(after),
                 added,
-                arrivals.backlog(),
+                arrivals.backlog() if workload.backlog_seen else 0,
                 workload.cores,
                 cpu_ms=cpu,
                 active=setting.active,

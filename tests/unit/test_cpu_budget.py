@@ -249,3 +249,27 @@ def test_budgets_own_the_cluster_following(tmp_path) -> None:  # type: ignore[no
     follow = ElasticPolicy(follow_cluster=True)
     assert ControlReader(str(tmp_path), 4, follow).follower is not None
     assert ControlReader(str(tmp_path), 4, follow, BudgetPolicy()).follower is None
+
+
+def test_the_state_budget_overrules_the_cpu_ceiling() -> None:
+    """A state that only grows needs partitions the CPU rule took away: they come back.
+
+    (Found on Spark: a word count whose state grew past one partition's budget stalled on
+    the one partition the CPU rule had left it.)
+    """
+    workload = replace(
+        steady(1000.0), seconds=30.0, window_ticks=100_000, row_bytes=100, backlog_seen=False
+    )
+    budgets = Budgets(
+        target_latency_ms=5000.0,
+        partitions=4,
+        min_rows=50,
+        max_state_bytes_per_partition=2_000_000,  # the final 3 MB needs 3 at half each
+        max_cpu_us_per_record=50.0,  # far below the cost: the ceiling goes to 1 at first
+        cpu_window_ms=10_000.0,
+    )
+    run = simulate(workload, budgets, Setting.initial(budgets, 2), controller(budgets))
+    assert run.rows == 30_000  # all read: no stall on one partition
+    assert run.peak_partition_bytes <= 2_000_000 or run.surprises()
+    assert any(t["active"] == 1 for t in run.ticks)  # the CPU rule did scale in
+    assert run.ticks[-1]["active"] >= 3, [(t["rows"], t["active"]) for t in run.ticks[-5:]]

@@ -131,6 +131,8 @@ def choose(
         said.append(f"cpu: not held: {measured:.1f} us/record > {budget_us:g} ({cause})")
     found = _ceiling(budget_us, measured, target_latency_ms, window, active, memory_active)
     ceiling = previous_ceiling if isinstance(found, str) else found
+    if ceiling is not None and ceiling < memory_active:
+        ceiling = memory_active  # the state budget first: never below what it needs
     if ceiling is not None and ceiling < active:
         said.append(f"cpu: {ceiling} active partitions (from {active})")
     return CpuChoice(
@@ -187,7 +189,8 @@ def _ceiling(
     """
     last = window[-1]
     if last.duration_ms > target_latency_ms / 2 or last.backlog > last.rows:
-        return None  # latency first: a backlog or a slow tick gets every core back
+        return None  # latency first: a backlog (or a tick that read its whole limit: rows
+        # were waiting) or a slow tick gets every core back
     if measured > budget_us and active > max(1, memory_active):
         fewer = active - 1
         # a batch on fewer cores takes longer: only if it still fits the latency rule

@@ -508,9 +508,12 @@ def plan(
     n, why = wanted_active(
         budgets, last.cores, sum(slot_bytes), growth or 0.0, rows, setting.active
     )
-    cpu = _cpu_choice(budgets, setting, history, limit, n, sum(slot_bytes), growth or 0.0, rows)
-    if cpu.active_ceiling is not None and cpu.active_ceiling < n:
-        n, why = cpu.active_ceiling, f"{cpu.active_ceiling} for the CPU budget"
+    # the partitions the state budget alone needs: a floor under the CPU rule's ceiling
+    needed, _ = wanted_active(budgets, 1, sum(slot_bytes), growth or 0.0, rows, setting.active)
+    cpu = _cpu_choice(budgets, setting, history, limit, needed)
+    if cpu.active_ceiling is not None and max(cpu.active_ceiling, needed) < n:
+        n = max(cpu.active_ceiling, needed)
+        why = f"{n} for the CPU budget (the state needs {needed})"
     steps = [_rescale(draft, n, budgets.max_moves)]
     if budget is not None:
         steps.append(_spread(draft, rows * (growth or 0.0), budgets.max_moves))
@@ -558,26 +561,24 @@ def _cpu_choice(
     setting: Setting,
     history: Sequence[Measurement],
     limit: int,
-    active: int,
-    total_bytes: int,
-    growth: float,
-    rows: int,
+    memory_active: int,
 ) -> cpu_rule.CpuChoice:
-    """The CPU rule's choice (:mod:`.cpu`), with the limit raised to the batches it wants.
+    """The CPU rule's choice (:mod:`.cpu`).
 
-    ``limit``: the latency rule's; ``active``: what the other rules want. The memory
-    budget's partitions are a floor for the CPU rule's ceiling.
+    ``limit``: the latency rule's; ``memory_active``: the partitions the state budget needs
+    (a floor for the CPU rule's ceiling, which :func:`plan` applies too). A tick that read its
+    whole limit is latency pressure (rows were waiting): the ceiling goes.
     """
     if budgets.max_cpu_us_per_record is None:
         return cpu_rule.CpuChoice()
-    memory_active = 1
-    if budgets.max_state_bytes_per_partition is not None:
-        memory_active = math.ceil(
-            (total_bytes + rows * growth)
-            / (budgets.high_water * budgets.max_state_bytes_per_partition)
-        )
     ticks = [
-        cpu_rule.CpuTick(m.rows, m.duration_ms, m.cpu_ms, m.active or setting.active, m.backlog)
+        cpu_rule.CpuTick(
+            m.rows,
+            m.duration_ms,
+            m.cpu_ms,
+            m.active or setting.active,
+            max(m.backlog, 1 + m.rows if m is history[-1] and m.rows >= setting.limit else 0),
+        )
         for m in history
     ]
     return cpu_rule.choose(
@@ -586,7 +587,7 @@ def _cpu_choice(
         budgets.target_latency_ms,
         ticks,
         budgets.admission().clamp(limit),
-        min(active, setting.active),
+        setting.active,
         memory_active,
         setting.cpu_ceiling,
         setting.wait_rows,
